@@ -1,0 +1,50 @@
+"""The exported e-graph: the one data structure shared by export, cost and extraction.
+
+Both sources produce it: the egglog export of our own e-graph (tensat_tf.egraph.export) and egraph-serialize JSON
+files such as TENSAT's benchmark e-graphs (tensat_tf.extract.serialized). Extraction only ever sees this type, so it
+can be tested and benchmarked on its own.
+
+Ids are dense integers so that the ILP and the greedy pass can use lists, and so that iteration order (and with it
+every tie-break) is deterministic: nodes are numbered in export order, classes in order of first appearance.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Sequence
+
+
+@dataclasses.dataclass(frozen=True)
+class ENode:
+    op: str                       # operator name (egglog function name, or the text before '(' in serialized JSON)
+    eclass: int                   # the class this node belongs to
+    children: tuple[int, ...]     # child CLASS ids, in argument order (duplicates allowed)
+    cost: float = 0.0             # self cost; the cost model may fill it in after export
+    payload: Any = None           # literal arguments and anything the emitter needs (never read by extraction)
+
+
+@dataclasses.dataclass
+class EGraphData:
+    nodes: list[ENode]
+    classes: list[list[int]]      # class id -> node ids, ascending
+    roots: list[int]              # class ids that must be computed (graph outputs)
+    blacklist: frozenset[int] = frozenset()   # node ids that may never be chosen (cycle filter)
+
+    @classmethod
+    def build(cls, nodes: Sequence[ENode], roots: Sequence[int], blacklist=()) -> "EGraphData":
+        n_classes = 1 + max([n.eclass for n in nodes] + [c for n in nodes for c in n.children] + list(roots), default=-1)
+        classes: list[list[int]] = [[] for _ in range(n_classes)]
+        for i, n in enumerate(nodes):
+            classes[n.eclass].append(i)
+        return cls(list(nodes), classes, list(roots), frozenset(blacklist))
+
+    @property
+    def num_nodes(self) -> int:
+        return len(self.nodes)
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.classes)
+
+    def with_costs(self, costs: Sequence[float]) -> "EGraphData":
+        nodes = [dataclasses.replace(n, cost=float(c)) for n, c in zip(self.nodes, costs, strict=True)]
+        return EGraphData(nodes, self.classes, self.roots, self.blacklist)
