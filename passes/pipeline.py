@@ -1,0 +1,69 @@
+"""Runs Grappler-style passes in order, checking invariants after each one.
+
+Invariants: the graph imports (so it is acyclic and well formed), every fetch is still there with the same dtype and
+a compatible shape, and no op is internal (`_`-prefixed ops have no compatibility guarantee and tf2onnx cannot
+convert them). A pass that fails or breaks an invariant is undone: the pipeline continues from its input graph and
+records why.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import tensorflow as tf
+
+from tensat_tf.item import GrapplerItem
+
+
+@dataclasses.dataclass
+class PassResult:
+    name: str
+    seconds: float
+    nodes_before: int
+    nodes_after: int
+    ok: bool
+    error: str = ""
+
+
+def _signature(graph_def, item: GrapplerItem):
+    g = tf.Graph()
+    with g.as_default():
+        tf.graph_util.import_graph_def(graph_def, name="")
+    out = []
+    for name in item.feeds + item.fetches:
+        t = g.get_tensor_by_name(name)
+        out.append((name, t.dtype, t.shape))
+    return out
+
+
+def check_invariants(before_sig, graph_def, item: GrapplerItem) -> None:
+    internal = sorted({n.op for n in graph_def.node if n.op.startswith("_")})
+    if internal:
+        raise AssertionError(f"internal ops in output: {internal}")
+    after_sig = _signature(graph_def, item)
+    for (name, dt0, s0), (_, dt1, s1) in zip(before_sig, after_sig):
+        if dt0 != dt1:
+            raise AssertionError(f"{name}: dtype changed {dt0.name} -> {dt1.name}")
+        if not s0.is_compatible_with(s1):
+            raise AssertionError(f"{name}: shape changed {s0} -> {s1}")
+
+
+def run(graph_def, item: GrapplerItem, passes) -> tuple[object, list[PassResult]]:
+    """passes: objects with `name` and `optimize(graph_def, item)`. Returns the final graph and one result per pass."""
+    before_sig = _signature(graph_def, item)
+    results = []
+    for p in passes:
+        t = time.perf_counter()
+        n0 = len(graph_def.node)
+        try:
+            out = p.optimize(graph_def, item)
+            check_invariants(before_sig, out, item)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as e:  # noqa: BLE001 - any failure of a pass (egglog panics derive from
+            # BaseException) means: keep its input graph and say why
+            results.append(PassResult(p.name, time.perf_counter() - t, n0, n0, False, f"{type(e).__name__}: {e}"))
+            continue
+        results.append(PassResult(p.name, time.perf_counter() - t, n0, len(out.node), True))
+        graph_def = out
+    return graph_def, results

@@ -1,0 +1,72 @@
+"""`tensat_tf convert SRC --output_dir=DST`: optimize a SavedModel, verify it, publish it, print a table."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+from absl import flags
+
+from tensat_tf import errors
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("output_dir", None, "Where the optimized SavedModel is published (must be absent or empty).")
+flags.DEFINE_string("report", None, "Write the JSON report here (default: OUTPUT_DIR.report.json beside the output; "
+                                    "the report never goes inside the SavedModel).")
+flags.DEFINE_bool("overwrite", False, "Replace a non-empty output directory.")
+flags.DEFINE_list("signatures", None, "Convert only these signatures (default: all).")
+flags.DEFINE_list("tags", ["serve"], "MetaGraph tags to load.")
+flags.DEFINE_bool("canonicalize", True, "Run Grappler's cleanup passes before the e-graph pass.")
+flags.DEFINE_list("verify_batch_sizes", ["1", "4"], "Batch sizes used for unknown leading dimensions in verification.")
+flags.DEFINE_integer("seed", 0, "Seed of the random verification inputs.")
+flags.DEFINE_float("rtol", None, "Max relative difference allowed in verification (default per dtype: 1e-5 float32).")
+flags.DEFINE_integer("min_variable_elements", 1024, "Constants with at least this many elements become variables.")
+
+
+def _table(report: dict) -> str:
+    lines = []
+    for name, s in report["signatures"].items():
+        lines.append(f"signature {name}: nodes {s['nodes_before']} -> {s['nodes_after']}; "
+                     f"verification max rel diff {s['verification']['max_rel_diff']:.2e} "
+                     f"({'passed' if s['verification']['passed'] else 'FAILED'})")
+        for p in s["passes"]:
+            status = "ok" if p["ok"] else f"FAILED, input kept: {p['error'][:120]}"
+            lines.append(f"  pass {p['name']:<13} {p['nodes_before']:>6} -> {p['nodes_after']:<6} "
+                         f"{p['seconds']:7.3f} s  {status}")
+        ops = sorted(set(s["ops_before"]) | set(s["ops_after"]))
+        lines.append(f"  {'op':<28}{'before':>8}{'after':>8}")
+        for op in ops:
+            b, a = s["ops_before"].get(op, 0), s["ops_after"].get(op, 0)
+            lines.append(f"  {op:<28}{b:>8}{a:>8}" + ("" if a == b else "  *"))
+    lines.append("seconds per stage: " + ", ".join(f"{k} {v:.3f}" for k, v in report["timing_s"].items()))
+    return "\n".join(lines)
+
+
+def main(args: list[str]) -> int:
+    if len(args) != 1:
+        raise errors.BadInput("convert takes exactly one SAVED_MODEL_DIR (or zoo:NAME); got "
+                              + (" ".join(args) if args else "none"))
+    if not FLAGS.output_dir:
+        raise errors.BadInput("--output_dir is required")
+    src = args[0]
+    if not src.startswith("zoo:") and not os.path.exists(src):
+        raise errors.MissingPath(f"no such file or directory: {src}")
+    if os.path.abspath(src) == os.path.abspath(FLAGS.output_dir):
+        raise errors.OutputExists("--output_dir must differ from the input SavedModel (the input is never touched)")
+    from tensat_tf.convert import Options, convert   # imports TensorFlow: after the cheap checks
+    try:
+        batch_sizes = tuple(int(b) for b in FLAGS.verify_batch_sizes)
+    except ValueError:
+        raise errors.BadInput(f"--verify_batch_sizes must be integers: {FLAGS.verify_batch_sizes}") from None
+    options = Options(signatures=FLAGS.signatures, overwrite=FLAGS.overwrite, canonicalize=FLAGS.canonicalize,
+                      verify_batch_sizes=batch_sizes, seed=FLAGS.seed, rtol=FLAGS.rtol,
+                      min_variable_elements=FLAGS.min_variable_elements, tags=FLAGS.tags)
+    report = convert(src, FLAGS.output_dir, options)
+    report_path = FLAGS.report or os.path.abspath(FLAGS.output_dir).rstrip("/") + ".report.json"
+    tmp = report_path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(report, f, indent=1, sort_keys=True, default=str)
+    os.replace(tmp, report_path)
+    print(_table(report))
+    print(f"wrote {FLAGS.output_dir} and report {report_path}", file=sys.stderr)
+    return 0

@@ -1,0 +1,79 @@
+"""`tensat_tf` command line: an absl app with subcommands (convert, extract).
+
+Exit codes (see tensat_tf.errors): 0 success; 1 usage; 10-16 bad input; 20 verification failed; 30 internal error.
+Errors are one line on stderr; a traceback only with --verbosity=1 or higher.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+# TF's C++ logging prints oneDNN/CUDA banners on stderr at import; a CLI error must stay one clear line.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+from absl import app, flags, logging  # noqa: E402
+
+from tensat_tf.cli import convert_cmd, extract_cmd  # noqa: E402,F401  (registers their flags)
+
+COMMANDS = {"convert": convert_cmd, "extract": extract_cmd}
+
+USAGE = """tensat_tf: TENSAT-style equality saturation for TensorFlow SavedModels.
+
+  tensat_tf convert SAVED_MODEL_DIR|zoo:NAME --output_dir=OUT [--report=PATH] [--overwrite] [--signatures=a,b]
+  tensat_tf extract EGRAPH.json [--method=greedy|ilp] [--ilp_seconds=N] [--solver=auto|cbc|highs]
+
+Flags may come from --flagfile=FILE. --helpfull lists every flag.
+"""
+
+
+def _fail(code: int, message: str) -> int:
+    print(f"tensat_tf: error: {message}", file=sys.stderr)
+    return code
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 2 or argv[1] not in COMMANDS:
+        print(USAGE, file=sys.stderr)
+        return 1
+    from tensat_tf import errors
+    if not flags.FLAGS["verbosity"].present:
+        logging.set_verbosity(logging.WARNING)    # TF's INFO chatter (savers, fingerprints) is not for users
+    try:
+        return COMMANDS[argv[1]].main(argv[2:])
+    except errors.TensatError as e:
+        if logging.get_verbosity() >= 1:
+            logging.exception("failed")
+        return _fail(e.exit_code, str(e))
+    except Exception as e:  # noqa: BLE001 - the CLI contract: one line, a distinct code, no traceback by default
+        if logging.get_verbosity() >= 1:
+            logging.exception("internal error")
+        first = str(e).strip().splitlines()[0] if str(e).strip() else ""
+        return _fail(errors.InternalError.exit_code, f"internal error: {type(e).__name__}: {first}")
+
+
+def _quiet_native_stderr() -> None:
+    """Send file descriptor 2 (TF's C++ logging: oneDNN and CUDA banners at import) to /dev/null, and keep Python's
+    sys.stderr on the real stderr, so an error is one line. --verbosity>=1 keeps native logs (see run())."""
+    real = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    os.close(devnull)
+    sys.stderr = os.fdopen(real, "w", buffering=1)
+
+
+def run() -> None:
+    if not any(a.startswith(("--verbosity", "-v")) for a in sys.argv[1:]):
+        _quiet_native_stderr()
+    app.run(main, flags_parser=_parse_flags)
+
+
+def _parse_flags(argv: list[str]) -> list[str]:
+    try:
+        return flags.FLAGS(argv)
+    except flags.Error as e:
+        print(f"tensat_tf: error: {e}", file=sys.stderr)
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    run()

@@ -1,0 +1,119 @@
+"""The convert pipeline as a library call: load -> canonicalize -> tensat -> write (staged) -> verify -> publish.
+
+Verification runs on what was actually written: the staged SavedModel is loaded back and compared with the original
+signatures, so a bug in the writer is caught like a bug in a rewrite. Nothing reaches output_dir unless it passed.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections import Counter
+from typing import Optional, Sequence
+
+import tensorflow as tf
+
+from tensat_tf import errors
+from tensat_tf import verify as verify_mod
+from tensat_tf.io import load as load_mod
+from tensat_tf.io import save as save_mod
+from tensat_tf.passes import canonicalize, pipeline
+from tensat_tf.passes.tensat import TensatPass
+
+
+@dataclasses.dataclass
+class Options:
+    signatures: Optional[Sequence[str]] = None
+    overwrite: bool = False
+    canonicalize: bool = True
+    verify_batch_sizes: Sequence[int] = (1, 4)
+    seed: int = 0
+    rtol: Optional[float] = None
+    min_variable_elements: int = 1024
+    tags: Sequence[str] = ("serve",)
+
+
+def _ops(graph_def) -> dict[str, int]:
+    return dict(sorted(Counter(n.op for n in graph_def.node).items()))
+
+
+def convert(src: str, output_dir: str, options: Options = Options()) -> dict:
+    """Convert the SavedModel at `src` (or `zoo:NAME`) into `output_dir`; returns the JSON report (a dict)."""
+    t_start = time.perf_counter()
+    timing: dict[str, float] = {}
+
+    def lap(stage: str, t0: float) -> float:
+        now = time.perf_counter()
+        timing[stage] = round(timing.get(stage, 0.0) + now - t0, 4)
+        return now
+
+    t = time.perf_counter()
+    if src.startswith("zoo:"):
+        from tensat_tf import zoo
+        try:
+            path = zoo.resolve(src)
+        except zoo.UnknownModel as e:
+            raise errors.UnknownName(str(e)) from None
+        t = lap("zoo_build", t)
+    else:
+        path = src
+    save_mod.check_output_dir(output_dir, options.overwrite)
+    model = load_mod.load(path, tags=options.tags, only=options.signatures)
+    t = lap("load_freeze", t)
+
+    report = {"source": src, "output_dir": output_dir, "signatures": {}, "skipped_signatures": model.skipped}
+    graphs = {}
+    for name, sig in sorted(model.signatures.items()):
+        tensat_pass = TensatPass()
+        passes = ([canonicalize] if options.canonicalize else []) + [tensat_pass]
+        out, results = pipeline.run(sig.graph_def, sig.item, passes)
+        for r in results:
+            timing[r.name] = round(timing.get(r.name, 0.0) + r.seconds, 4)
+        graphs[name] = out
+        stats = tensat_pass.stats
+        report["signatures"][name] = {
+            "inputs": {s.key: {"dtype": s.dtype.name, "shape": s.shape} for s in sig.inputs},
+            "outputs": {s.key: {"dtype": s.dtype.name, "shape": s.shape} for s in sig.outputs},
+            "nodes_before": len(sig.graph_def.node),
+            "nodes_after": len(out.node),
+            "ops_before": _ops(sig.graph_def),
+            "ops_after": _ops(out),
+            "passes": [dataclasses.asdict(r) for r in results],
+            "egraph": None if stats is None else {
+                "enodes": stats.enodes, "eclasses": stats.eclasses, "iterations": stats.iterations,
+                "stop_reason": stats.stop_reason, "typed_nodes": stats.typed_nodes,
+                "opaque_nodes": stats.opaque_nodes, "timing_s": stats.timing_s},
+            "extraction": None if stats is None else {
+                "method": stats.extraction_method, "status": stats.extraction_status,
+                "cost_before": None, "cost_after": None},
+            "rules_applied": {},
+        }
+    t = time.perf_counter()
+
+    with save_mod.staging_dir(output_dir) as staged:
+        save_mod.write_saved_model(staged, model.signatures, graphs, path, options.min_variable_elements)
+        t = lap("save", t)
+        reloaded = tf.saved_model.load(staged)
+        pairs = [(name, sig.inputs, sig.outputs, sig.function, reloaded.signatures[name])
+                 for name, sig in sorted(model.signatures.items())]
+        result = verify_mod.verify(pairs, options.verify_batch_sizes, options.seed, options.rtol)
+        t = lap("verify", t)
+        for name in report["signatures"]:
+            mine = {k: v for k, v in result.per_output.items() if k.startswith(name + "/")}
+            report["signatures"][name]["verification"] = {
+                "max_abs_diff": max((v["max_abs_diff"] for v in mine.values()), default=0.0),
+                "max_rel_diff": max((v["max_rel_diff"] for v in mine.values()), default=0.0),
+                "passed": all(v["passed"] for v in mine.values()),
+                "per_output": mine,
+            }
+        report["verification"] = {"max_abs_diff": result.max_abs_diff, "max_rel_diff": result.max_rel_diff,
+                                  "passed": result.passed, "batch_sizes": list(result.batch_sizes)}
+        if not result.passed:
+            bad = sorted(k for k, v in result.per_output.items() if not v["passed"])
+            raise errors.VerificationFailed(
+                f"verification failed for {', '.join(bad)} (max relative difference {result.max_rel_diff:.3g}); "
+                f"nothing was written")
+        save_mod.publish(staged, output_dir, options.overwrite)
+        lap("publish", t)
+    timing["total"] = round(time.perf_counter() - t_start, 4)
+    report["timing_s"] = timing
+    return report

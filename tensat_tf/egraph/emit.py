@@ -1,0 +1,270 @@
+"""A choice of one e-node per e-class -> GraphDef.
+
+Walks the chosen DAG from the roots (post-order, memoised per class):
+  - Input / Weight leaves become the original Placeholder / Const nodes;
+  - an opaque Op is its original NodeDef with new inputs;
+  - a typed e-node that is exactly an original node (same term, literals, children) reuses that NodeDef and name,
+    and its original Const inputs; any other typed e-node becomes a fresh node named `tensat/<Op>_<k>`;
+  - nested ConcatV2 on one axis (binary in the e-graph) are flattened back into one N-ary op when the inner one has no
+    other consumer.
+The result keeps the input's function library and versions. Node order is the emission order, which depends only on
+the choice, so equal choices give equal bytes.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from typing import Optional
+
+import numpy as np
+import tensorflow as tf
+
+from tensat_tf import ops
+from tensat_tf.egraph.data import EGraphData
+from tensat_tf.egraph.export import Exported
+from tensat_tf.egraph.ingest import Ingested, TypedOrigin
+
+NEW_PREFIX = "tensat/"
+
+
+def _set_attr(node, name: str, kind: str, value) -> None:
+    a = node.attr[name]
+    if kind == "bool":
+        a.b = bool(value)
+    elif kind == "int":
+        a.i = int(value)
+    elif kind == "str":
+        a.s = value.encode()
+    else:
+        a.list.i.extend(int(v) for v in value)
+
+
+def _int_const(name: str, value) -> tf.compat.v1.NodeDef:
+    node = tf.compat.v1.NodeDef(name=name, op="Const")
+    node.attr["dtype"].type = tf.int32.as_datatype_enum
+    node.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(np.asarray(value, dtype=np.int32)))
+    return node
+
+
+class Emitter:
+    def __init__(self, ing: Ingested, exp: Exported, choice: dict[int, int]):
+        self.ing, self.exp, self.g, self.choice = ing, exp, exp.egraph, choice
+        self.out = tf.compat.v1.GraphDef()
+        self.out.versions.CopyFrom(ing.graph_def.versions)
+        self.out.library.CopyFrom(ing.graph_def.library)
+        self.tensor_of: dict[int, str] = {}       # Tensor class -> tensor name in the output
+        self.node_of: dict[int, str] = {}         # TTuple class -> node name in the output
+        self.dtype_of: dict[int, tf.DType] = {}
+        self.emitted: set[str] = set()
+        self.counter = Counter()
+        self.originals = self._index_originals()
+        self.uses = self._count_uses()
+        self.original_nodes = {n.name: n for n in ing.graph_def.node}
+
+    # ------------------------------------------------------------------ bookkeeping
+    def _index_originals(self) -> dict[int, list[TypedOrigin]]:
+        by_class: dict[int, list[TypedOrigin]] = {}
+        for name, origin in self.ing.typed.items():
+            by_class.setdefault(self.exp.lets[self.ing.lets[name]], []).append(origin)
+        return by_class
+
+    def _count_uses(self) -> Counter:
+        """How many chosen e-nodes read each class (to know when a nested concat may be flattened)."""
+        uses, seen, stack = Counter(), set(), list(self.g.roots)
+        while stack:
+            c = stack.pop()
+            if c in seen:
+                continue
+            seen.add(c)
+            for ch in self.g.nodes[self.choice[c]].children:
+                uses[ch] += 1
+                stack.append(ch)
+        for r in self.g.roots:
+            uses[r] += 1
+        return uses
+
+    def _add(self, node) -> None:
+        self.out.node.append(node)
+        self.emitted.add(node.name)
+
+    def _fresh(self, op: str) -> str:
+        while True:
+            name = f"{NEW_PREFIX}{op}_{self.counter[op]}"
+            self.counter[op] += 1
+            if name not in self.original_nodes and name not in self.emitted:
+                return name
+
+    # ------------------------------------------------------------------ main walk
+    def run(self) -> tf.compat.v1.GraphDef:
+        for r in self.g.roots:
+            self._visit(r)
+        return self.out
+
+    def _visit(self, c: int) -> str:
+        """Emit class c (after its children); returns its tensor name (Tensor) or node name (TTuple)."""
+        if c in self.tensor_of:
+            return self.tensor_of[c]
+        if c in self.node_of:
+            return self.node_of[c]
+        # iterative post-order: deep graphs (long chains) would overflow Python's recursion limit
+        stack = [(c, False)]
+        while stack:
+            cls, ready = stack.pop()
+            if cls in self.tensor_of or cls in self.node_of:
+                continue
+            enode = self.g.nodes[self.choice[cls]]
+            kids = self._children_to_emit(cls, enode)
+            if not ready:
+                stack.append((cls, True))
+                stack.extend((k, False) for k in reversed(kids) if k not in self.tensor_of and k not in self.node_of)
+                continue
+            self._emit_class(cls, enode)
+        return self.tensor_of.get(c, self.node_of.get(c))
+
+    def _children_to_emit(self, cls: int, enode) -> list[int]:
+        if enode.op == "TCons" or enode.op == "Op":
+            return list(self._flat_list(enode.children[-1])) if enode.op == "Op" else list(enode.children)
+        if enode.op == "ConcatV2":
+            return self._concat_inputs(cls, enode)
+        return list(enode.children)
+
+    def _flat_list(self, list_class: int):
+        while True:
+            n = self.g.nodes[self.choice[list_class]]
+            if n.op == "TNil":
+                return
+            yield n.children[0]
+            list_class = n.children[1]
+
+    def _concat_inputs(self, cls: int, enode) -> list[int]:
+        """Input classes of a ConcatV2 after flattening same-axis single-use inner concats."""
+        axis = enode.payload[0]
+        out = []
+        for ch in enode.children:
+            inner = self.g.nodes[self.choice[ch]]
+            if (inner.op == "ConcatV2" and inner.payload[0] == axis and self.uses[ch] == 1
+                    and ch not in self.tensor_of):
+                out.extend(self._concat_inputs(ch, inner))
+            else:
+                out.append(ch)
+        return out
+
+    # ------------------------------------------------------------------ per e-node
+    def _emit_class(self, cls: int, enode) -> None:
+        op = enode.op
+        if op == "Input":
+            name = enode.payload[0]
+            self._copy_original(self.ing.inputs[name])
+            self.tensor_of[cls] = name
+            self.dtype_of[cls] = tf.as_dtype(self.ing.inputs[name].attr["dtype"].type)
+        elif op == "Weight":
+            src = self.ing.weights[enode.payload[0]]
+            self._copy_original(src)
+            self.tensor_of[cls] = src.name
+            self.dtype_of[cls] = self.ing.weight_dtypes[enode.payload[0]]
+        elif op == "Op":
+            key = enode.payload[0]
+            node = tf.compat.v1.NodeDef()
+            node.CopyFrom(self.ing.opaque[key])
+            del node.input[:]
+            node.input.extend(self._ref(a) for a in self._flat_list(enode.children[-1]))
+            self._add(node)
+            self.node_of[cls] = node.name
+        elif op == "Out":
+            tup = self.node_of[enode.children[0]]
+            k = enode.payload[0]
+            self.tensor_of[cls] = tup if k == 0 else f"{tup}:{k}"
+            self.dtype_of[cls] = self._tuple_dtype(enode.children[0], k)
+        elif op == "Ctl":
+            self.tensor_of[cls] = "^" + self.node_of[enode.children[0]]
+        elif op in ("TNil", "TCons"):
+            self.node_of[cls] = ""      # lists have no node of their own; Op reads them through _flat_list
+        else:
+            self._emit_typed(cls, enode, ops.BY_TERM[op])
+
+    def _ref(self, c: int) -> str:
+        return self.tensor_of[c]
+
+    def _tuple_dtype(self, tuple_class: int, k: int) -> tf.DType:
+        n = self.g.nodes[self.choice[tuple_class]]
+        if n.op == "Op":
+            return self.ing.opaque_dtypes[n.payload[0]][k]
+        return self.dtype_of[n.children[0]]          # Split/SplitV: same dtype as the split tensor
+
+    def _copy_original(self, src) -> None:
+        if src.name not in self.emitted:
+            node = tf.compat.v1.NodeDef()
+            node.CopyFrom(src)
+            self._add(node)
+
+    def _match_original(self, cls: int, enode, inputs: list[int]) -> Optional[TypedOrigin]:
+        for origin in self.originals.get(cls, ()):
+            if origin.node.name in self.emitted or origin.spec.term != enode.op:
+                continue
+            if origin.literals != enode.payload:
+                continue
+            if [self.exp.lets[l] for l in origin.child_lets] == inputs:
+                return origin
+        return None
+
+    def _emit_typed(self, cls: int, enode, spec: ops.OpSpec) -> None:
+        inputs = self._concat_inputs(cls, enode) if spec.variadic else list(enode.children)
+        origin = self._match_original(cls, enode, inputs)
+        in_names = [self._ref(i) for i in inputs]
+        if origin is not None:
+            node = tf.compat.v1.NodeDef()
+            node.CopyFrom(origin.node)
+            for const in origin.const_nodes:
+                self._copy_original(self.original_nodes[const])
+            data = [i for i in node.input if not i.startswith("^")]
+            const_pos = {c.index % len(data) for c in spec.const_inputs}
+            it = iter(in_names)
+            new_inputs = [data[p] if p in const_pos else next(it) for p in range(len(data))]
+            del node.input[:]
+            node.input.extend(new_inputs)
+        else:
+            node = self._new_typed(spec, enode, in_names, self.dtype_of[inputs[0]])
+        self._add(node)
+        if spec.outputs == "one":
+            self.tensor_of[cls] = node.name
+            self.dtype_of[cls] = self.dtype_of[inputs[0]]
+        else:
+            self.node_of[cls] = node.name
+
+    def _new_typed(self, spec: ops.OpSpec, enode, in_names: list[str], dtype: tf.DType):
+        name = self._fresh(spec.tf_op)
+        node = tf.compat.v1.NodeDef(name=name, op=spec.tf_op)
+        values = dict(zip((n for n, _ in spec.literals), enode.payload))
+        for a in spec.attrs:
+            _set_attr(node, a.name, a.kind, values[a.name])
+        node.attr["T"].type = dtype.as_datatype_enum
+        n_in = len(in_names) + len(spec.const_inputs)
+        consts = {}
+        for c in spec.const_inputs:
+            const = _int_const(f"{name}/{c.name}", values[c.name])
+            self._add(const)
+            consts[c.index % n_in] = const.name
+        it = iter(in_names)
+        node.input.extend(consts[p] if p in consts else next(it) for p in range(n_in))
+        if spec.variadic:
+            node.attr["N"].i = len(in_names)
+            node.attr["Tidx"].type = tf.int32.as_datatype_enum
+        if spec.tf_op in ("Transpose",):
+            node.attr["Tperm"].type = tf.int32.as_datatype_enum
+        if spec.tf_op in ("Reshape",):
+            node.attr["Tshape"].type = tf.int32.as_datatype_enum
+        if spec.tf_op in ("SplitV",):
+            node.attr["Tlen"].type = tf.int32.as_datatype_enum
+        return node
+
+
+def emit(ing: Ingested, exp: Exported, choice: dict[int, int]) -> tf.compat.v1.GraphDef:
+    return Emitter(ing, exp, choice).run()
+
+
+def original_choice(ing: Ingested, exp: Exported) -> dict[int, int]:
+    """For every class reachable from the roots, the e-node that is the original graph's node (first one otherwise).
+
+    With no rules every class holds exactly its original e-node, so this choice reproduces the input graph.
+    """
+    g: EGraphData = exp.egraph
+    return {c: nodes[0] for c, nodes in enumerate(g.classes) if nodes}

@@ -1,0 +1,253 @@
+"""GraphDef -> egglog terms.
+
+One `let` per TF node, in topological order. Placeholders become (Input name) and Consts become (Weight id), ids
+deduplicated by content. Ops of the op table become typed terms when their Const inputs, attributes and layout are
+supported; every other node (and every node that must keep its name: feeds, fetches, preserved nodes, and anything
+with control edges) becomes an opaque (Op name args) whose NodeDef is kept in a side table and emitted unchanged
+apart from its inputs. Nothing is dropped.
+
+Let names: `$n<i>_` for node i, `$n<i>_o<k>_` for output k of a tuple node, `$n<i>_c<j>_` for the inner links of a
+variadic op. (egglog 13.2: names ending in digits can collide with its fresh names, hence the trailing `_`.)
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+from typing import Optional
+
+import networkx as nx
+import numpy as np
+import tensorflow as tf
+
+from tensat_tf import ops
+from tensat_tf.egraph import language as L
+from tensat_tf.item import GrapplerItem, node_name
+
+
+@dataclasses.dataclass
+class TypedOrigin:
+    """An original TF node ingested as a typed term: what the emitter needs to recognise and reuse it."""
+    node: tf.compat.v1.NodeDef
+    spec: ops.OpSpec
+    literals: tuple
+    child_lets: tuple[str, ...]     # let names of the term's tensor children (inner links for variadic ops)
+    const_nodes: tuple[str, ...]    # names of the Const nodes folded into literals
+
+
+@dataclasses.dataclass
+class Ingested:
+    graph_def: tf.compat.v1.GraphDef           # the input graph (library, versions are copied to the output)
+    commands: list                             # egglog commands that build the terms
+    lets: dict[str, str]                       # node name -> let name of its term
+    output_lets: dict[str, str]                # tensor name "a:k" -> let name of that tensor
+    inputs: dict[str, tf.compat.v1.NodeDef]    # Input leaf name -> Placeholder NodeDef
+    weights: list[tf.compat.v1.NodeDef]        # Weight id -> the first Const NodeDef with that content
+    weight_dtypes: list[tf.DType]
+    opaque: dict[str, tf.compat.v1.NodeDef]    # Op key (node name) -> NodeDef
+    opaque_dtypes: dict[str, list[tf.DType]]   # Op key -> output dtypes
+    typed: dict[str, TypedOrigin]              # node name -> origin, for typed nodes
+    roots: list[str]                           # let names that must be computed (keep nodes)
+    shapes: dict[str, Optional[tuple[int, ...]]]   # tensor name -> TF-inferred shape (None: unknown rank)
+
+    @property
+    def num_typed(self) -> int:
+        return len(self.typed)
+
+
+def _tensor_ref(inp: str) -> tuple[str, int]:
+    name, _, idx = inp.partition(":")
+    return name, int(idx) if idx else 0
+
+
+def _tensor_name(node: str, k: int) -> str:
+    return f"{node}:{k}"
+
+
+def _infer(graph_def) -> tuple[dict, dict]:
+    """Output dtypes and shapes of every node, from TF's own shape inference."""
+    g = tf.Graph()
+    with g.as_default():
+        tf.graph_util.import_graph_def(graph_def, name="")
+    dtypes, shapes = {}, {}
+    for op in g.get_operations():
+        dtypes[op.name] = [t.dtype for t in op.outputs]
+        for k, t in enumerate(op.outputs):
+            s = t.shape
+            shapes[_tensor_name(op.name, k)] = None if s.rank is None else tuple(
+                -1 if d is None else int(d) for d in s.as_list())
+    return dtypes, shapes
+
+
+def _attr_value(node, attr: ops.Attr):
+    if attr.name not in node.attr:
+        return attr.default
+    v = node.attr[attr.name]
+    if attr.kind == "bool":
+        return bool(v.b)
+    if attr.kind == "int":
+        return int(v.i)
+    if attr.kind == "str":
+        return v.s.decode()
+    return tuple(int(x) for x in v.list.i)
+
+
+def _const_value(node, kind: str):
+    """The integer value of a Const node, or None when it is not a usable integer constant."""
+    if node is None or node.op != "Const" or any(i.startswith("^") for i in node.input):
+        return None
+    arr = tf.make_ndarray(node.attr["value"].tensor)
+    if arr.dtype not in (np.int32, np.int64):
+        return None
+    if kind == "int":
+        return int(arr) if arr.ndim == 0 else None
+    return tuple(int(x) for x in arr.reshape(-1)) if arr.ndim == 1 else None
+
+
+def _weight_key(node) -> bytes:
+    arr = tf.make_ndarray(node.attr["value"].tensor)
+    h = hashlib.sha256()
+    h.update(str(node.attr["dtype"].type).encode())
+    h.update(str(arr.shape).encode())
+    h.update(np.ascontiguousarray(arr).tobytes())
+    return h.digest()
+
+
+def _typed_literals(node, spec: ops.OpSpec, nodes_by_name, shapes) -> Optional[dict]:
+    """Literal values for a typed term, or None when the node must stay opaque."""
+    lit = {}
+    for a in spec.attrs:
+        v = _attr_value(node, a)
+        if v is None:
+            return None
+        lit[a.name] = v
+    for a in ("data_format",):
+        if a in node.attr:
+            lit[a] = node.attr[a].s.decode()
+    data_inputs = [i for i in node.input if not i.startswith("^")]
+    for c in spec.const_inputs:
+        ref = data_inputs[c.index]
+        v = _const_value(nodes_by_name.get(node_name(ref)), c.kind)
+        if v is None:
+            return None
+        lit[c.name] = v
+    out_shape = shapes.get(_tensor_name(node.name, 0))
+    if "axis" in lit:                      # normalise negative axes: rules compare them as integers
+        if out_shape is None:              # (every op with an axis keeps the rank of its input)
+            return None
+        if lit["axis"] < 0:
+            lit["axis"] += len(out_shape)
+    if spec.tf_op == "SplitV":
+        sizes = list(lit["size_splits"])
+        if -1 in sizes:                    # make the inferred size explicit, or stay opaque
+            in_shape = shapes.get(_tensor_name(*_tensor_ref(data_inputs[0])))
+            dim = in_shape[lit["axis"]] if in_shape is not None else -1
+            if dim < 0:
+                return None
+            sizes[sizes.index(-1)] = dim - (sum(sizes) + 1)
+        lit["size_splits"] = tuple(sizes)
+    if spec.accepts is not None and not spec.accepts(lit):
+        return None
+    return lit
+
+
+def ingest(graph_def, item: GrapplerItem) -> Ingested:
+    dtypes, shapes = _infer(graph_def)
+    nodes_by_name = {n.name: n for n in graph_def.node}
+    keep = item.keep_nodes
+    ctrl_sources = {node_name(i) for n in graph_def.node for i in n.input if i.startswith("^")}
+
+    order_of = {n.name: i for i, n in enumerate(graph_def.node)}
+    dg = nx.DiGraph()
+    dg.add_nodes_from(order_of)
+    dg.add_edges_from((node_name(i), n.name) for n in graph_def.node for i in n.input)
+    topo = list(nx.lexicographical_topological_sort(dg, key=order_of.__getitem__))
+
+    ing = Ingested(graph_def, [], {}, {}, {}, [], [], {}, {}, {}, [], shapes)
+    weight_ids: dict[bytes, int] = {}
+    commands = ing.commands
+
+    def ref(inp: str):
+        """egglog expression for a tensor input or a control input."""
+        if inp.startswith("^"):
+            return L.call("Ctl", [L.var(ing.lets[inp[1:]])])
+        return L.var(ing.output_lets[_tensor_name(*_tensor_ref(inp))])
+
+    def add_shape(let_name: str, tensor: str):
+        s = shapes.get(tensor)
+        if s is not None:
+            commands.append(L.set_shape(L.var(let_name), s))
+
+    for idx, name in enumerate(topo):
+        node = nodes_by_name[name]
+        let_name = f"$n{idx}_"
+        ing.lets[name] = let_name
+        has_ctrl = any(i.startswith("^") for i in node.input) or name in ctrl_sources
+        out_dtypes = dtypes[name]
+        spec = ops.TABLE.get(node.op)
+        literals = None
+        if spec is not None and name not in keep and not has_ctrl:
+            literals = _typed_literals(node, spec, nodes_by_name, shapes)
+
+        if node.op == "Placeholder" and not has_ctrl:
+            ing.inputs[name] = node
+            commands.append(L.let(let_name, L.call("Input", [L.lit(name)])))
+        elif node.op == "Const" and not has_ctrl and name not in keep:
+            key = _weight_key(node)
+            if key not in weight_ids:
+                weight_ids[key] = len(ing.weights)
+                ing.weights.append(node)
+                ing.weight_dtypes.append(out_dtypes[0])
+            commands.append(L.let(let_name, L.call("Weight", [L.lit(weight_ids[key])])))
+        elif literals is not None:
+            data_inputs = [i for i in node.input if not i.startswith("^")]
+            const_pos = {c.index % len(data_inputs) for c in spec.const_inputs}
+            tensor_inputs = [i for p, i in enumerate(data_inputs) if p not in const_pos]
+            lit_args = [L.lit(literals[n]) for n, _ in spec.literals]
+            const_nodes = tuple(node_name(data_inputs[p]) for p in sorted(const_pos))
+            if spec.variadic:
+                if len(tensor_inputs) < 2:
+                    literals = None
+                else:
+                    # right-nested binary chain; the inner links get their own lets so the emitter can find them
+                    inner = ref(tensor_inputs[-1])
+                    child_lets = []
+                    for j in range(len(tensor_inputs) - 2, 0, -1):
+                        link = f"$n{idx}_c{j}_"
+                        commands.append(L.let(link, L.call(spec.term, lit_args + [ref(tensor_inputs[j]), inner])))
+                        inner = L.var(link)
+                    commands.append(L.let(let_name, L.call(spec.term, lit_args + [ref(tensor_inputs[0]), inner])))
+                    child_lets = [ing.output_lets[_tensor_name(*_tensor_ref(i))] for i in tensor_inputs]
+                    ing.typed[name] = TypedOrigin(node, spec, tuple(literals[n] for n, _ in spec.literals),
+                                                  tuple(child_lets), const_nodes)
+            else:
+                args = lit_args + [ref(i) for i in tensor_inputs]
+                commands.append(L.let(let_name, L.call(spec.term, args)))
+                child_lets = tuple(ing.output_lets[_tensor_name(*_tensor_ref(i))] for i in tensor_inputs)
+                ing.typed[name] = TypedOrigin(node, spec, tuple(literals[n] for n, _ in spec.literals),
+                                              child_lets, const_nodes)
+        if (node.op not in ("Placeholder", "Const") or has_ctrl or (node.op == "Const" and name in keep)) \
+                and literals is None:
+            ing.opaque[name] = node
+            ing.opaque_dtypes[name] = out_dtypes
+            commands.append(L.let(let_name, L.call("Op", [L.lit(name), L.tlist([ref(i) for i in node.input])])))
+
+        # name every output tensor
+        is_tuple = name in ing.opaque or (spec is not None and name in ing.typed and spec.outputs != "one")
+        for k in range(len(out_dtypes)):
+            tensor = _tensor_name(name, k)
+            if is_tuple:
+                out_let = f"$n{idx}_o{k}_"
+                commands.append(L.let(out_let, L.call("Out", [L.var(let_name), L.lit(k)])))
+            else:
+                out_let = let_name
+            ing.output_lets[tensor] = out_let
+            add_shape(out_let, tensor)
+        if name in keep:
+            ing.roots.append(let_name)
+    return ing
+
+
+def load(eg, ing: Ingested) -> None:
+    """Run the ingest commands and the shape analysis on `eg`."""
+    eg.run_program(*ing.commands)
+    L.run_shapes(eg)

@@ -1,0 +1,103 @@
+"""The egglog term language, generated from the op table (tensat_tf.ops).
+
+We talk to egglog through its low-level bindings (programs and command objects) rather than the typed Python API:
+the language and the rules are data (the op table, rule files), and the bindings let one table entry become one
+constructor without per-op Python functions. Loading goes through `let` commands, one per TF node, which is linear
+in graph size (one nested expression is super-linear, see research/egglog.md §4).
+
+Sorts
+  Tensor   one tensor value. Leaves: (Input name), (Weight id). Typed ops from the table.
+  TTuple   a node with several (or unknown) outputs: (Op key args) for opaque nodes, Split/SplitV.
+  TList    argument list of an opaque node: (TCons t rest) / (TNil).
+  (Out tt i) is output i of a tuple; (Ctl tt) stands for a control edge from that node.
+Analysis
+  (shape t) -> (Vec i64): filled for graph tensors at ingest (TF shape inference) and by the table's shape rules
+  for terms that rewrites create. It has no merge: two different shapes for one e-class are a soundness bug, and
+  egglog reports them as an error instead of silently keeping one.
+"""
+from __future__ import annotations
+
+import logging
+
+from egglog import bindings
+
+from tensat_tf import ops
+
+# egglog's Rust core logs every command it runs (whole programs) at INFO through Python logging; keep it to warnings.
+for _name in ("egglog", "egglog_bridge", "egglog_ast", "egglog_core_relations", "egglog_numeric_id"):
+    logging.getLogger(_name).setLevel(logging.WARNING)
+
+TERM_SORTS = ("Tensor", "TTuple", "TList")
+
+_PRELUDE = """
+(sort IVec (Vec i64))
+(datatype Tensor)
+(datatype TTuple)
+(datatype TList)
+(constructor Input (String) Tensor)
+(constructor Weight (i64) Tensor)
+(constructor Op (String TList) TTuple)
+(constructor Out (TTuple i64) Tensor)
+(constructor Ctl (TTuple) Tensor)
+(constructor TNil () TList)
+(constructor TCons (Tensor TList) TList)
+(function shape (Tensor) IVec :no-merge)
+(ruleset shapes)
+"""
+
+SPAN = bindings.RustSpan("tensat_tf", 0, 0)
+
+
+def program() -> str:
+    """The whole language declaration (constructors of every table op plus their shape rules)."""
+    lines = [_PRELUDE]
+    for spec in ops.TABLE.values():
+        lines.append(f"(constructor {spec.term} ({' '.join(spec.arg_sorts)}) {spec.output_sort})")
+    for spec in ops.TABLE.values():
+        lines.extend(spec.shape_rules)
+    return "\n".join(lines)
+
+
+def new_egraph() -> bindings.EGraph:
+    eg = bindings.EGraph()
+    eg.run_program(*eg.parse_program(program()))
+    return eg
+
+
+# ------------------------------------------------------------------ command builders (cheap, no parsing)
+def lit(value) -> bindings.Lit | bindings.Call:
+    """A literal argument: int/bool -> i64, str -> String, tuple/list of ints -> IVec."""
+    if isinstance(value, bool):
+        return bindings.Lit(SPAN, bindings.Int(int(value)))
+    if isinstance(value, int):
+        return bindings.Lit(SPAN, bindings.Int(value))
+    if isinstance(value, str):
+        return bindings.Lit(SPAN, bindings.String(value))
+    return bindings.Call(SPAN, "vec-of", [bindings.Lit(SPAN, bindings.Int(int(v))) for v in value])
+
+
+def var(name: str) -> bindings.Var:
+    return bindings.Var(SPAN, name)
+
+
+def call(fn: str, args: list) -> bindings.Call:
+    return bindings.Call(SPAN, fn, args)
+
+
+def let(name: str, expr) -> bindings.ActionCommand:
+    return bindings.ActionCommand(bindings.Let(SPAN, name, expr))
+
+
+def set_shape(tensor_expr, dims) -> bindings.ActionCommand:
+    return bindings.ActionCommand(bindings.Set(SPAN, "shape", [tensor_expr], lit(tuple(dims))))
+
+
+def tlist(items: list) -> bindings.Call:
+    expr = call("TNil", [])
+    for item in reversed(items):
+        expr = call("TCons", [item, expr])
+    return expr
+
+
+def run_shapes(eg: bindings.EGraph) -> None:
+    eg.run_program(*eg.parse_program("(run-schedule (saturate (run shapes)))"))

@@ -1,0 +1,75 @@
+"""What a choice (e-class -> e-node) means as a program: the classes it needs, its DAG cost, and whether it is acyclic.
+
+These are the checks every extractor's result goes through, so they are written once, plainly, and do not trust the
+extractor: a choice is read only from the roots down.
+"""
+from __future__ import annotations
+
+from typing import Mapping, Optional
+
+import networkx as nx
+
+from tensat_tf.egraph.data import EGraphData
+
+Choice = Mapping[int, int]   # class id -> chosen node id
+
+
+def reachable_classes(egraph: EGraphData, choice: Choice) -> list[int]:
+    """Classes the roots need under `choice`, in depth-first discovery order. KeyError if one has no choice."""
+    seen: set[int] = set()
+    order: list[int] = []
+    stack = list(reversed(egraph.roots))
+    while stack:
+        c = stack.pop()
+        if c in seen:
+            continue
+        seen.add(c)
+        order.append(c)
+        node = egraph.nodes[choice[c]]
+        stack.extend(reversed(node.children))
+    return order
+
+
+def prune(egraph: EGraphData, choice: Choice) -> dict[int, int]:
+    """Only the entries of `choice` the roots need (solvers may set extra, unused nodes)."""
+    return {c: choice[c] for c in sorted(reachable_classes(egraph, choice))}
+
+
+def dag_cost(egraph: EGraphData, choice: Choice) -> float:
+    """Sum of self costs of the chosen nodes reachable from the roots, each counted once (shared subgraphs once)."""
+    return sum(egraph.nodes[choice[c]].cost for c in sorted(reachable_classes(egraph, choice)))
+
+
+def class_graph(egraph: EGraphData, choice: Choice) -> nx.DiGraph:
+    """Edge parent class -> child class for every chosen node reachable from the roots."""
+    g = nx.DiGraph()
+    for c in reachable_classes(egraph, choice):
+        g.add_node(c)
+        g.add_edges_from((c, child) for child in egraph.nodes[choice[c]].children)
+    return g
+
+
+def find_cycle(egraph: EGraphData, choice: Choice) -> Optional[list[int]]:
+    """A cycle of classes [c0, c1, ..., ck-1] (ci's chosen node has child ci+1, ck-1's has c0), or None."""
+    try:
+        edges = nx.find_cycle(class_graph(egraph, choice))
+    except nx.NetworkXNoCycle:
+        return None
+    return [u for u, _ in edges]
+
+
+def is_acyclic(egraph: EGraphData, choice: Choice) -> bool:
+    return find_cycle(egraph, choice) is None
+
+
+def is_valid(egraph: EGraphData, choice: Choice) -> bool:
+    """Complete (every needed class chosen), consistent (node in its class, not blacklisted) and acyclic."""
+    try:
+        needed = reachable_classes(egraph, choice)
+    except KeyError:
+        return False
+    for c in needed:
+        n = choice[c]
+        if egraph.nodes[n].eclass != c or n in egraph.blacklist:
+            return False
+    return is_acyclic(egraph, choice)

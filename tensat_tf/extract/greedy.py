@@ -1,0 +1,113 @@
+"""Greedy DAG extraction: each class picks the node whose own cost plus the cost of the UNION of the classes it needs
+below is smallest (extraction-gym's "greedy-dag"), so a subgraph shared by two children is paid once, unlike egg's
+tree-cost extractor.
+
+The classes are settled in Dijkstra order: a node becomes a candidate only once every one of its child classes is
+settled, and the cheapest candidate overall settles its class next. A class's choice therefore depends only on classes
+settled before it, which makes the result acyclic by construction on cyclic e-graphs, with no repair pass. Because
+costs are non-negative, a node's union cost is at least each child's, so settling in cost order loses nothing against
+a fixpoint iteration of the same rule.
+
+The set of classes below a choice is an int used as a bitset (bit = class id): union is one C-level OR. Classes whose
+chosen node costs nothing are left out of the sets, as they add nothing to any sum.
+
+Ties break on the lowest node id, so the result is deterministic.
+"""
+from __future__ import annotations
+
+import heapq
+from typing import Optional, Sequence
+
+from tensat_tf.egraph.data import EGraphData
+from tensat_tf.extract import dag
+
+
+class NoExtraction(ValueError):
+    """Some root cannot be computed without a blacklisted node or a cycle."""
+
+
+def _bits(x: int):
+    while x:
+        low = x & -x
+        yield low.bit_length() - 1
+        x ^= low
+
+
+def needed_classes(egraph: EGraphData, allowed: Optional[Sequence[bool]] = None) -> list[bool]:
+    """Classes reachable from the roots through any allowed node (an over-approximation of what a choice needs)."""
+    reach = [False] * egraph.num_classes
+    stack = list(egraph.roots)
+    while stack:
+        c = stack.pop()
+        if reach[c]:
+            continue
+        reach[c] = True
+        for i in egraph.classes[c]:
+            if allowed is None or allowed[i]:
+                stack.extend(ch for ch in egraph.nodes[i].children if not reach[ch])
+    return reach
+
+
+def greedy_choice(egraph: EGraphData, costs: Optional[Sequence[float]] = None) -> dict[int, int]:
+    """Acyclic choice {class: node} for the classes the roots need. `costs` overrides the node costs used to rank
+    (the ILP uses it to steer the greedy towards a solution); blacklisted nodes are never chosen."""
+    nodes = egraph.nodes
+    cost = [n.cost for n in nodes] if costs is None else list(costs)
+    allowed = [i not in egraph.blacklist for i in range(len(nodes))]
+    reach = needed_classes(egraph, allowed)
+
+    # parents[c]: allowed nodes with c among their (distinct) child classes; pending[i]: unsettled child classes.
+    parents: list[list[int]] = [[] for _ in range(egraph.num_classes)]
+    pending = [0] * len(nodes)
+    heap: list[tuple[float, int]] = []
+    for c, members in enumerate(egraph.classes):
+        if not reach[c]:
+            continue
+        for i in members:
+            if not allowed[i]:
+                continue
+            kids = set(nodes[i].children)
+            pending[i] = len(kids)
+            for k in kids:
+                parents[k].append(i)
+            if not kids:
+                heap.append((cost[i], i))
+    heapq.heapify(heap)
+
+    chosen: dict[int, int] = {}
+    below = [0] * egraph.num_classes          # bitset of costly classes under the choice, the class itself included
+    total = [0.0] * egraph.num_classes        # sum of own costs over that set
+    own = [0.0] * egraph.num_classes          # cost of the class's chosen node
+    while heap:
+        c_i, i = heapq.heappop(heap)
+        c = nodes[i].eclass
+        if c in chosen:
+            continue
+        chosen[c] = i
+        # The heap key was computed when i was pushed, from children settled (hence frozen) by then: it is exact.
+        below[c] = _union(nodes[i].children, below, total, own)[0] | ((1 << c) if cost[i] != 0 else 0)
+        total[c], own[c] = c_i, cost[i]
+        for p in parents[c]:
+            pending[p] -= 1
+            if pending[p] == 0 and nodes[p].eclass not in chosen:
+                heapq.heappush(heap, (cost[p] + _union(nodes[p].children, below, total, own)[1], p))
+
+    missing = [r for r in egraph.roots if r not in chosen]
+    if missing:
+        raise NoExtraction(f"root classes {missing} have no acyclic, non-blacklisted extraction")
+    return dag.prune(egraph, chosen)
+
+
+def _union(children: Sequence[int], below: list[int], total: list[float], own: list[float]) -> tuple[int, float]:
+    """(bitset, cost) of the union of the children's sets: start from the costliest child and add only what the
+    others bring that it lacks, which is usually little, so the sum stays cheap."""
+    if not children:
+        return 0, 0.0
+    base = max(children, key=lambda k: (total[k], -k))
+    acc, s = below[base], total[base]
+    for k in children:
+        extra = below[k] & ~acc
+        if extra:
+            acc |= extra
+            s += sum(own[b] for b in _bits(extra))
+    return acc, s

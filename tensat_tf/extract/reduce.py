@@ -1,0 +1,89 @@
+"""Shrink an e-graph before the ILP, keeping at least one optimal acyclic choice.
+
+Each step removes only nodes that no optimal acyclic choice needs:
+  1. Blacklisted nodes, and nodes that are their own child (a one-node cycle).
+  2. Nodes with an ungroundable child class: a class is groundable when some node in it has only groundable children
+     (the least fixpoint, computed bottom-up like the greedy). An acyclic choice is a bottom-up construction, so it
+     can never use a class outside this set; iterated "empty child class" removal would miss classes that only feed
+     themselves through a cycle.
+  3. Dominated nodes: b dominates a (same class) when b's child classes are a subset of a's and b costs no more.
+     Swapping a for b in any acyclic choice keeps it acyclic (b's edges are a subset of a's, into classes already
+     chosen) and costs no more. Equal pairs keep the lowest id, so the relation is a strict order and every removed
+     node has a kept dominator.
+  4. Classes unreachable from the roots through the remaining nodes, and their nodes.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from tensat_tf.egraph.data import EGraphData
+from tensat_tf.extract.greedy import NoExtraction, needed_classes
+
+
+@dataclasses.dataclass
+class Reduced:
+    nodes: list[int]                     # kept node ids, ascending
+    classes: dict[int, list[int]]        # kept class -> its kept nodes, ascending (every kept class has one)
+    kids: dict[int, tuple[int, ...]]     # kept node -> distinct child classes, ascending
+    roots: list[int]                     # distinct root classes
+
+
+def reduce(egraph: EGraphData) -> Reduced:
+    nodes = egraph.nodes
+    kids = [tuple(sorted(set(n.children))) for n in nodes]
+    alive = [i not in egraph.blacklist and nodes[i].eclass not in kids[i] for i in range(len(nodes))]
+
+    _drop_ungroundable(egraph, kids, alive)
+    roots = list(dict.fromkeys(egraph.roots))
+    bad = [r for r in roots if not any(alive[i] for i in egraph.classes[r])]
+    if bad:
+        raise NoExtraction(f"root classes {bad} have no acyclic, non-blacklisted extraction")
+    _drop_dominated(egraph, kids, alive)
+
+    reach = needed_classes(egraph, alive)
+    classes = {c: [i for i in members if alive[i]] for c, members in enumerate(egraph.classes) if reach[c]}
+    classes = {c: m for c, m in classes.items() if m}
+    kept = sorted(i for m in classes.values() for i in m)
+    return Reduced(kept, classes, {i: kids[i] for i in kept}, roots)
+
+
+def _drop_ungroundable(egraph: EGraphData, kids: list[tuple[int, ...]], alive: list[bool]) -> None:
+    parents: list[list[int]] = [[] for _ in range(egraph.num_classes)]
+    pending = [len(k) for k in kids]
+    ready = []
+    for i, k in enumerate(kids):
+        if not alive[i]:
+            continue
+        for c in k:
+            parents[c].append(i)
+        if not k:
+            ready.append(i)
+    grounded = [False] * egraph.num_classes
+    while ready:
+        c = egraph.nodes[ready.pop()].eclass
+        if grounded[c]:
+            continue
+        grounded[c] = True
+        for p in parents[c]:
+            pending[p] -= 1
+            if pending[p] == 0:
+                ready.append(p)
+    for i, k in enumerate(kids):
+        if alive[i] and not all(grounded[c] for c in k):
+            alive[i] = False
+
+
+def _drop_dominated(egraph: EGraphData, kids: list[tuple[int, ...]], alive: list[bool]) -> None:
+    cost = [n.cost for n in egraph.nodes]
+    for members in egraph.classes:
+        live = [i for i in members if alive[i]]
+        if len(live) < 2:
+            continue
+        sets = {i: frozenset(kids[i]) for i in live}
+        for a in live:
+            for b in live:
+                if b == a or not (sets[b] <= sets[a] and cost[b] <= cost[a]):
+                    continue
+                if sets[b] != sets[a] or cost[b] < cost[a] or b < a:
+                    alive[a] = False
+                    break

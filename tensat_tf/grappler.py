@@ -1,0 +1,40 @@
+"""Run TF's own Grappler offline on a GraphDef (tf_optimizer.OptimizeGraph), honouring a GrapplerItem."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import tensorflow as tf
+from tensorflow.core.protobuf import config_pb2, meta_graph_pb2
+from tensorflow.python.grappler import tf_optimizer
+
+from tensat_tf.item import GrapplerItem, node_name
+
+
+def optimize_graph(graph_def, item: GrapplerItem, optimizers: Sequence[str], **rewrite_options):
+    g = tf.Graph()
+    with g.as_default():
+        tf.graph_util.import_graph_def(graph_def, name="")
+    mg = tf.compat.v1.train.export_meta_graph(graph_def=g.as_graph_def(add_shapes=True), graph=g)
+    # build TensorInfo by hand: build_tensor_info() refuses to run in eager mode
+    sig = meta_graph_pb2.SignatureDef()
+    for i, name in enumerate(item.feeds):
+        t = g.get_tensor_by_name(name)
+        sig.inputs[f"in{i}"].CopyFrom(meta_graph_pb2.TensorInfo(
+            name=t.name, dtype=t.dtype.as_datatype_enum, tensor_shape=t.shape.as_proto()))
+    for i, name in enumerate(item.fetches):
+        t = g.get_tensor_by_name(name)
+        sig.outputs[f"out{i}"].CopyFrom(meta_graph_pb2.TensorInfo(
+            name=t.name, dtype=t.dtype.as_datatype_enum, tensor_shape=t.shape.as_proto()))
+    mg.signature_def["serving_default"].CopyFrom(sig)
+    # Grappler keeps the nodes listed in the train_op collection (that is how convert_to_constants uses it too)
+    keep = sorted({node_name(t) for t in item.fetches} | set(item.preserve))
+    coll = meta_graph_pb2.CollectionDef()
+    coll.node_list.value.extend(keep)
+    mg.collection_def["train_op"].CopyFrom(coll)
+    cfg = config_pb2.ConfigProto()
+    rw = cfg.graph_options.rewrite_options
+    rw.min_graph_nodes = -1                  # the default skips graphs with fewer than 4 nodes
+    rw.optimizers.extend(optimizers)         # an explicit list runs ONLY these, in this order
+    for k, v in rewrite_options.items():
+        setattr(rw, k, v)
+    return tf_optimizer.OptimizeGraph(cfg, mg)

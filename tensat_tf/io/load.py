@@ -1,0 +1,174 @@
+"""Load a SavedModel: check it, then freeze every signature into a GraphDef with an I/O table keyed by name.
+
+Checks run before TensorFlow touches the model, so that bad input gets one clear message (and a distinct exit code)
+instead of a TF traceback: the path exists, it holds a saved_model.pb that parses, and its variables checkpoint is
+complete and readable.
+
+Freezing uses convert_variables_to_constants_v2_as_graph(lower_control_flow=False): the default lowers While/If into
+v1 Switch/Merge loops, which are cyclic graphs (research/tf.md §1). The frozen function takes its inputs and returns
+its outputs in sorted-key order (tf.nest flattening of dicts), so the table pairs keys with tensors by that order
+and never by position in the signature.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Optional, Sequence
+
+import tensorflow as tf
+from google.protobuf import message as pb_message
+from tensorflow.core.protobuf import saved_model_pb2
+from tensorflow.python.framework import convert_to_constants
+
+from tensat_tf import errors
+from tensat_tf.item import GrapplerItem
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorSpec:
+    key: str                      # signature key
+    tensor: str                   # tensor name in the frozen GraphDef
+    dtype: tf.DType
+    shape: Optional[tuple[int, ...]]   # -1 for unknown dims, None for unknown rank
+
+    def to_tf(self) -> tf.TensorSpec:
+        shape = None if self.shape is None else [None if d < 0 else d for d in self.shape]
+        return tf.TensorSpec(shape, self.dtype, name=self.key)
+
+
+@dataclasses.dataclass
+class Signature:
+    name: str
+    graph_def: tf.compat.v1.GraphDef
+    inputs: list[TensorSpec]
+    outputs: list[TensorSpec]
+    function: object              # the original ConcreteFunction (the reference for verification)
+
+    @property
+    def item(self) -> GrapplerItem:
+        return GrapplerItem(tuple(s.tensor for s in self.inputs), tuple(s.tensor for s in self.outputs))
+
+
+@dataclasses.dataclass
+class LoadedModel:
+    path: str
+    signatures: dict[str, Signature]
+    skipped: dict[str, str]       # signature name -> why it was not converted
+    loaded: object                # keeps the loaded object (and its variables) alive
+
+
+def check_saved_model_dir(path: str) -> saved_model_pb2.SavedModel:
+    """The structural checks; returns the parsed saved_model.pb."""
+    if not os.path.exists(path):
+        raise errors.MissingPath(f"no such file or directory: {path}")
+    if not os.path.isdir(path):
+        raise errors.NotASavedModel(f"not a SavedModel directory (it is a file): {path}")
+    pb = os.path.join(path, "saved_model.pb")
+    if not os.path.exists(pb):
+        if os.path.exists(os.path.join(path, "saved_model.pbtxt")):
+            raise errors.NotASavedModel(f"{path} holds saved_model.pbtxt; only binary saved_model.pb is supported")
+        raise errors.NotASavedModel(f"not a SavedModel directory (no saved_model.pb): {path}")
+    sm = saved_model_pb2.SavedModel()
+    try:
+        with open(pb, "rb") as f:
+            sm.ParseFromString(f.read())
+    except (pb_message.DecodeError, ValueError, RuntimeWarning) as e:
+        raise errors.CorruptSavedModel(f"corrupt saved_model.pb in {path}: {e}") from None
+    if not sm.meta_graphs:
+        raise errors.CorruptSavedModel(f"corrupt saved_model.pb in {path}: it holds no MetaGraph")
+    _check_variables(path, sm)
+    return sm
+
+
+def _has_variables(sm: saved_model_pb2.SavedModel) -> bool:
+    for mg in sm.meta_graphs:
+        if any(n.HasField("variable") for n in mg.object_graph_def.nodes):
+            return True
+        if any(n.op in ("VariableV2", "VarHandleOp") for n in mg.graph_def.node):
+            return True
+    return False
+
+
+def _check_variables(path: str, sm) -> None:
+    prefix = os.path.join(path, "variables", "variables")
+    if not _has_variables(sm):
+        return
+    if not os.path.exists(prefix + ".index"):
+        raise errors.BadVariables(f"variables missing in {path}: no variables/variables.index")
+    try:
+        reader = tf.train.load_checkpoint(prefix)
+        for name in sorted(reader.get_variable_to_shape_map()):
+            reader.get_tensor(name)       # reads every shard: a truncated data file fails here
+    except (tf.errors.OpError, ValueError) as e:
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise errors.BadVariables(f"variables unreadable in {path}: {msg}") from None
+
+
+def _freeze(fn) -> tuple[object, tf.compat.v1.GraphDef]:
+    return convert_to_constants.convert_variables_to_constants_v2_as_graph(fn, lower_control_flow=False)
+
+
+def _io_table(fn, frozen_fn, sig_name: str) -> tuple[list[TensorSpec], list[TensorSpec]]:
+    in_specs = fn.structured_input_signature[1]          # {key: TensorSpec}; signatures take keyword args only
+    in_keys = sorted(in_specs)
+    frozen_inputs = [t for t in frozen_fn.inputs if t.dtype != tf.resource]
+    leftover = [t for t in frozen_fn.inputs if t.dtype == tf.resource]
+    if leftover:
+        raise errors.UnsupportedSignature(
+            f"signature '{sig_name}' uses a resource that cannot be frozen (lookup table or asset-backed op); "
+            f"select the other signatures with --signatures")
+    if len(frozen_inputs) != len(in_keys):
+        raise errors.UnsupportedSignature(f"signature '{sig_name}': {len(in_keys)} inputs but the frozen graph has "
+                                          f"{len(frozen_inputs)}")
+    inputs = []
+    for key, t in zip(in_keys, frozen_inputs):
+        spec = in_specs[key]
+        if spec.dtype in (tf.string, tf.variant, tf.resource):
+            raise errors.UnsupportedSignature(
+                f"signature '{sig_name}' has a {spec.dtype.name} input '{key}' (only numeric and bool inputs are "
+                f"supported); select the other signatures with --signatures")
+        shape = None if spec.shape.rank is None else tuple(-1 if d is None else d for d in spec.shape.as_list())
+        inputs.append(TensorSpec(key, t.name, spec.dtype, shape))
+    out_struct = fn.structured_outputs
+    if not isinstance(out_struct, dict):
+        raise errors.UnsupportedSignature(f"signature '{sig_name}' does not return a dict of tensors")
+    out_keys = sorted(out_struct)
+    outputs = []
+    for key, t in zip(out_keys, frozen_fn.outputs):
+        spec = out_struct[key]
+        if spec.dtype in (tf.string, tf.variant, tf.resource):
+            raise errors.UnsupportedSignature(
+                f"signature '{sig_name}' has a {spec.dtype.name} output '{key}'; select the other signatures "
+                f"with --signatures")
+        shape = None if spec.shape.rank is None else tuple(-1 if d is None else d for d in spec.shape.as_list())
+        outputs.append(TensorSpec(key, t.name, spec.dtype, shape))
+    return inputs, outputs
+
+
+def load(path: str, tags: Sequence[str] = ("serve",), only: Optional[Sequence[str]] = None) -> LoadedModel:
+    """Load and freeze the signatures of `path` (all of them, or the ones named in `only`)."""
+    check_saved_model_dir(path)
+    try:
+        loaded = tf.saved_model.load(path, tags=list(tags) if tags else None)
+    except (tf.errors.OpError, ValueError, RuntimeError, KeyError) as e:
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise errors.CorruptSavedModel(f"cannot load SavedModel {path}: {msg}") from None
+    names = sorted(loaded.signatures.keys())
+    if not names:
+        raise errors.UnsupportedSignature(f"SavedModel {path} has no signatures to convert")
+    if only:
+        unknown = sorted(set(only) - set(names))
+        if unknown:
+            raise errors.UnknownName(f"unknown signature(s) {', '.join(unknown)}; the model has {', '.join(names)}")
+        names = [n for n in names if n in set(only)]
+    sigs, skipped = {}, {}
+    for name in names:
+        fn = loaded.signatures[name]
+        try:
+            frozen_fn, gd = _freeze(fn)
+        except (ValueError, tf.errors.OpError) as e:
+            raise errors.UnsupportedSignature(f"signature '{name}' cannot be frozen: {str(e).splitlines()[0]}") \
+                from None
+        inputs, outputs = _io_table(fn, frozen_fn, name)
+        sigs[name] = Signature(name, gd, inputs, outputs, fn)
+    return LoadedModel(path, sigs, skipped, loaded)

@@ -1,0 +1,220 @@
+"""The op table: ONE entry per TF op that the e-graph understands as a typed term.
+
+Each entry says
+  - the TF op name and the egglog constructor (term) name,
+  - which attributes are kept as literal term arguments (and how they are encoded),
+  - which tensor inputs must be Const and are folded into literal arguments (axis, perm, shape, split sizes),
+  - how many outputs (1, or a tuple read through `Out` projections),
+  - the shape rule, as egglog rules of the `shape` analysis,
+  - the emitter (the default one rebuilds the NodeDef from the literals; `T` comes from the first tensor input).
+
+Every op not in this table is ingested as an opaque `Op` node that round-trips its NodeDef exactly.
+
+Term argument order is: kept attributes (table order), folded Const inputs (table order), tensor inputs (in order).
+
+Unknown dimensions are -1. Shape rules that compute a dimension use `_dim`, which returns -1 whenever an input
+dimension is unknown, so an unknown never turns into a wrong concrete number.
+"""
+from __future__ import annotations
+
+import dataclasses
+import re
+from typing import Callable, Optional
+
+# ---------------------------------------------------------------------------------------------- literal kinds
+# bool -> i64 (0/1), int -> i64, str -> String, ints -> IVec (egglog `(Vec i64)`)
+LITERAL_SORT = {"bool": "i64", "int": "i64", "str": "String", "ints": "IVec"}
+
+
+@dataclasses.dataclass(frozen=True)
+class Attr:
+    name: str                 # TF attribute name
+    kind: str                 # bool | int | str | ints
+    default: object = None    # value used when the NodeDef omits the attribute (TF's registered default)
+
+
+@dataclasses.dataclass(frozen=True)
+class ConstInput:
+    index: int                # position among the TF node's inputs
+    name: str                 # name used in the term and in rules
+    kind: str                 # int | ints
+
+
+@dataclasses.dataclass(frozen=True)
+class OpSpec:
+    tf_op: str
+    term: str
+    attrs: tuple[Attr, ...] = ()
+    const_inputs: tuple[ConstInput, ...] = ()
+    n_tensor_inputs: int = 1
+    outputs: str = "one"                       # "one", or the name of the literal that gives the output count
+    shape_rules: tuple[str, ...] = ()          # egglog rule bodies (see _rule)
+    accepts: Optional[Callable[[dict], bool]] = None   # extra check on the literal values (e.g. NHWC only)
+    variadic: bool = False                     # ConcatV2: N inputs ingested as a right-nested binary chain
+
+    @property
+    def literals(self) -> tuple[tuple[str, str], ...]:
+        """(name, kind) of every literal argument, in term order."""
+        return tuple((a.name, a.kind) for a in self.attrs) + tuple((c.name, c.kind) for c in self.const_inputs)
+
+    @property
+    def arg_sorts(self) -> list[str]:
+        return [LITERAL_SORT[k] for _, k in self.literals] + ["Tensor"] * self.n_tensor_inputs
+
+    @property
+    def output_sort(self) -> str:
+        return "Tensor" if self.outputs == "one" else "TTuple"
+
+
+# ---------------------------------------------------------------------------------------------- shape helpers
+def _known(d: str) -> str:
+    """1 if dimension d is known (>= 0), 0 if it is -1."""
+    return f"(min (+ {d} 1) 1)"
+
+
+def _dim(value: str, *deps: str) -> str:
+    """`value` if every dimension in deps is known, else -1 (no branching in egglog expressions)."""
+    k = _known(deps[0]) if len(deps) == 1 else "(min " + " ".join(_known(d) for d in deps[:2]) + ")"
+    for d in deps[2:]:
+        k = f"(min {k} {_known(d)})"
+    return f"(+ (* {k} {value}) (- {k} 1))"
+
+
+def _rule(pattern: str, *guards: str, shape: str, target: str = "t") -> str:
+    body = " ".join((pattern,) + guards)
+    return f"(rule ({body}) ((set (shape {target}) {shape})) :ruleset shapes)"
+
+
+def _spatial(h: str, k: str, s: str, d: str, padding: str) -> str:
+    """Output size of one spatial dimension of a conv or pool (TF's formulas)."""
+    if padding == "SAME":
+        return _dim(f"(/ (+ {h} (- {s} 1)) {s})", h)
+    # VALID: floor((H - d*(k-1) - 1) / s) + 1
+    return _dim(f"(+ (/ (- (- {h} (* {d} (- {k} 1))) 1) {s}) 1)", h)
+
+
+def _same_shape(term: str, arity: int) -> tuple[str, ...]:
+    args = " ".join("abcdefgh"[:arity])
+    return (_rule(f"(= t ({term} {args})) (= sa (shape a))", shape="sa"),)
+
+
+def _conv_rules(term: str, channels_out: str) -> tuple[str, ...]:
+    rules = []
+    for pad in ("SAME", "VALID"):
+        h = _spatial("(vec-get sx 1)", "(vec-get sw 0)", "(vec-get st 1)", "(vec-get dl 1)", pad)
+        w = _spatial("(vec-get sx 2)", "(vec-get sw 1)", "(vec-get st 2)", "(vec-get dl 2)", pad)
+        rules.append(_rule(
+            f'(= t ({term} st "{pad}" dl x w)) (= sx (shape x)) (= sw (shape w))',
+            "(= (vec-length sx) 4) (= (vec-length sw) 4)",
+            shape=f"(vec-of (vec-get sx 0) {h} {w} {channels_out})"))
+    return tuple(rules)
+
+
+def _pool_rules(term: str) -> tuple[str, ...]:
+    rules = []
+    for pad in ("SAME", "VALID"):
+        h = _spatial("(vec-get sx 1)", "(vec-get ks 1)", "(vec-get st 1)", "1", pad)
+        w = _spatial("(vec-get sx 2)", "(vec-get ks 2)", "(vec-get st 2)", "1", pad)
+        rules.append(_rule(f'(= t ({term} ks st "{pad}" x)) (= sx (shape x)) (= (vec-length sx) 4)',
+                           shape=f"(vec-of (vec-get sx 0) {h} {w} (vec-get sx 3))"))
+    return tuple(rules)
+
+
+def _elementwise_rules(term: str) -> tuple[str, ...]:
+    """Broadcasting is only derived for the forms rules create: equal shapes, scalar, and a bias on the last dim."""
+    p = f"(= t ({term} a b)) (= sa (shape a)) (= sb (shape b))"
+    return (
+        _rule(p, "(= sa sb)", shape="sa"),
+        _rule(p, "(= (vec-length sb) 0)", shape="sa"),
+        _rule(p, "(= (vec-length sa) 0)", shape="sb"),
+        _rule(p, "(= (vec-length sb) 1) (> (vec-length sa) 1)",
+              "(= (vec-get sb 0) (vec-get sa (- (vec-length sa) 1)))", "(>= (vec-get sb 0) 0)", shape="sa"),
+        _rule(p, "(= (vec-length sa) 1) (> (vec-length sb) 1)",
+              "(= (vec-get sa 0) (vec-get sb (- (vec-length sb) 1)))", "(>= (vec-get sa 0) 0)", shape="sb"),
+    )
+
+
+def _transpose_rules() -> tuple[str, ...]:
+    rules = []
+    for rank in range(2, 6):
+        dims = " ".join(f"(vec-get sx (vec-get p {i}))" for i in range(rank))
+        rules.append(_rule("(= t (Transpose p x)) (= sx (shape x))", f"(= (vec-length p) {rank})",
+                           f"(= (vec-length sx) {rank})", shape=f"(vec-of {dims})"))
+    return tuple(rules)
+
+
+_NHWC = lambda lit: lit.get("data_format", "NHWC") == "NHWC"   # noqa: E731  (NCHW convs do not run on TF CPU)
+_CONV_ATTRS = (Attr("strides", "ints"), Attr("padding", "str"), Attr("dilations", "ints", (1, 1, 1, 1)))
+_SAME_OR_VALID = lambda lit: _NHWC(lit) and lit["padding"] in ("SAME", "VALID")   # noqa: E731
+
+# ---------------------------------------------------------------------------------------------- the table
+_SPECS = [
+    OpSpec("MatMul", "MatMul", (Attr("transpose_a", "bool", False), Attr("transpose_b", "bool", False)),
+           n_tensor_inputs=2, shape_rules=(_rule(
+               "(= t (MatMul ta tb a b)) (= sa (shape a)) (= sb (shape b))",
+               "(= (vec-length sa) 2) (= (vec-length sb) 2)",
+               "(= (vec-get sa (- 1 ta)) (vec-get sb tb))",
+               shape="(vec-of (vec-get sa ta) (vec-get sb (- 1 tb)))"),)),
+    OpSpec("BatchMatMulV2", "BatchMatMulV2", (Attr("adj_x", "bool", False), Attr("adj_y", "bool", False)),
+           n_tensor_inputs=2, shape_rules=tuple(_rule(
+               "(= t (BatchMatMulV2 ax ay a b)) (= sa (shape a)) (= sb (shape b))",
+               f"(= (vec-length sa) {r}) (= (vec-length sb) {r})",
+               *[f"(= (vec-get sa {i}) (vec-get sb {i}))" for i in range(r - 2)],
+               f"(= (vec-get sa (- {r - 1} ax)) (vec-get sb (+ {r - 2} ay)))",
+               shape="(vec-of " + " ".join(f"(vec-get sa {i})" for i in range(r - 2))
+                     + f" (vec-get sa (+ {r - 2} ax)) (vec-get sb (- {r - 1} ay)))") for r in (3, 4))),
+    OpSpec("Conv2D", "Conv2D", _CONV_ATTRS, n_tensor_inputs=2, accepts=_SAME_OR_VALID,
+           shape_rules=_conv_rules("Conv2D", "(vec-get sw 3)")),
+    OpSpec("DepthwiseConv2dNative", "DepthwiseConv2dNative", _CONV_ATTRS, n_tensor_inputs=2, accepts=_SAME_OR_VALID,
+           shape_rules=_conv_rules("DepthwiseConv2dNative", "(* (vec-get sw 2) (vec-get sw 3))")),
+    OpSpec("BiasAdd", "BiasAdd", n_tensor_inputs=2, accepts=_NHWC, shape_rules=(_rule(
+        "(= t (BiasAdd a b)) (= sa (shape a)) (= sb (shape b))",
+        "(= (vec-length sb) 1) (= (vec-get sb 0) (vec-get sa (- (vec-length sa) 1)))", shape="sa"),)),
+    OpSpec("AddV2", "AddV2", n_tensor_inputs=2, shape_rules=_elementwise_rules("AddV2")),
+    OpSpec("Mul", "Mul", n_tensor_inputs=2, shape_rules=_elementwise_rules("Mul")),
+    OpSpec("Sub", "Sub", n_tensor_inputs=2, shape_rules=_elementwise_rules("Sub")),
+    OpSpec("Relu", "Relu", shape_rules=_same_shape("Relu", 1)),
+    # "Relu6" would be "Relu" plus digits: egglog 13.2 mints fresh names as <name><counter> and they can collide.
+    OpSpec("Relu6", "ReluSix", shape_rules=_same_shape("ReluSix", 1)),
+    OpSpec("Sigmoid", "Sigmoid", shape_rules=_same_shape("Sigmoid", 1)),
+    OpSpec("Tanh", "Tanh", shape_rules=_same_shape("Tanh", 1)),
+    OpSpec("ConcatV2", "ConcatV2", const_inputs=(ConstInput(-1, "axis", "int"),), n_tensor_inputs=2, variadic=True,
+           shape_rules=(_rule(
+               "(= t (ConcatV2 ax a b)) (= sa (shape a)) (= sb (shape b)) (= (vec-length sa) (vec-length sb))",
+               shape="(vec-set sa ax "
+                     + _dim("(+ (vec-get sa ax) (vec-get sb ax))", "(vec-get sa ax)", "(vec-get sb ax)") + ")"),)),
+    OpSpec("Split", "Split", (Attr("num_split", "int"),), const_inputs=(ConstInput(0, "axis", "int"),),
+           outputs="num_split", shape_rules=(_rule(
+               "(= t (Out tt i)) (= tt (Split n ax x)) (= sx (shape x))",
+               shape="(vec-set sx ax " + _dim("(/ (vec-get sx ax) n)", "(vec-get sx ax)") + ")"),)),
+    OpSpec("SplitV", "SplitV", (Attr("num_split", "int"),),
+           const_inputs=(ConstInput(1, "size_splits", "ints"), ConstInput(2, "axis", "int")),
+           outputs="num_split", shape_rules=(_rule(
+               "(= t (Out tt i)) (= tt (SplitV n sz ax x)) (= sx (shape x))",
+               shape="(vec-set sx ax (vec-get sz i))"),)),
+    OpSpec("Transpose", "Transpose", const_inputs=(ConstInput(1, "perm", "ints"),), shape_rules=_transpose_rules()),
+    OpSpec("Reshape", "Reshape", const_inputs=(ConstInput(1, "shape", "ints"),), shape_rules=(_rule(
+        "(= t (Reshape s x)) (vec-not-contains s -1)", shape="s"),)),
+    OpSpec("MaxPool", "MaxPool", (Attr("ksize", "ints"), Attr("strides", "ints"), Attr("padding", "str")),
+           accepts=_SAME_OR_VALID, shape_rules=_pool_rules("MaxPool")),
+    OpSpec("AvgPool", "AvgPool", (Attr("ksize", "ints"), Attr("strides", "ints"), Attr("padding", "str")),
+           accepts=_SAME_OR_VALID, shape_rules=_pool_rules("AvgPool")),
+]
+
+TABLE: dict[str, OpSpec] = {s.tf_op: s for s in _SPECS}
+BY_TERM: dict[str, OpSpec] = {s.term: s for s in _SPECS}
+
+# Constructors of the term language that are not TF ops.
+STRUCTURAL = ("Input", "Weight", "Op", "Out", "Ctl", "TNil", "TCons")
+
+
+def _check_names() -> None:
+    """egglog 13.2 fresh-name bug: no constructor may be another constructor's name followed by digits."""
+    names = [s.term for s in _SPECS] + list(STRUCTURAL)
+    for a in names:
+        for b in names:
+            if a != b and re.fullmatch(re.escape(a) + r"\d+", b):
+                raise AssertionError(f"term names {a!r} and {b!r} collide in egglog 13.2")
+
+
+_check_names()

@@ -1,0 +1,81 @@
+"""Numerical verification: the same seeded random (or given) inputs through the original and the new signature.
+
+Run at batch 1 and a larger batch (unknown leading dims), per output key: max abs and max relative difference, where
+the relative difference is max|a-b| / max|a| (element-wise ratios explode on near-zero outputs). Integer and bool
+outputs must match exactly.
+"""
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional, Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from tensat_tf.io.load import TensorSpec
+
+DEFAULT_RTOL = {tf.float16: 1e-2, tf.bfloat16: 2e-2, tf.float32: 1e-5, tf.float64: 1e-9}
+
+
+@dataclasses.dataclass
+class Verification:
+    passed: bool
+    max_abs_diff: float
+    max_rel_diff: float
+    per_output: dict            # "signature/key@batch" -> {max_abs_diff, max_rel_diff, passed}
+    batch_sizes: tuple[int, ...]
+
+
+def random_inputs(specs: Sequence[TensorSpec], batch: int, seed: int, unknown_dim: int = 8,
+                  int_high: int = 2) -> dict[str, tf.Tensor]:
+    rng = np.random.RandomState(seed)
+    feeds = {}
+    for s in specs:
+        shape = [] if s.shape is None else [
+            (batch if i == 0 else unknown_dim) if d < 0 else d for i, d in enumerate(s.shape)]
+        if s.dtype.is_floating:
+            arr = rng.standard_normal(shape).astype(s.dtype.as_numpy_dtype)
+        elif s.dtype.is_bool:
+            arr = rng.randint(0, 2, shape).astype(bool)
+        elif s.dtype.is_integer:
+            arr = rng.randint(0, int_high, shape).astype(s.dtype.as_numpy_dtype)
+        else:
+            raise ValueError(f"cannot make random values for input {s.key} of type {s.dtype.name}")
+        feeds[s.key] = tf.constant(arr)
+    return feeds
+
+
+def compare(ref: np.ndarray, got: np.ndarray, dtype: tf.DType, rtol: Optional[float]) -> tuple[float, float, bool]:
+    if ref.shape != got.shape:
+        return float("inf"), float("inf"), False
+    if not dtype.is_floating:
+        same = bool(np.array_equal(ref, got))
+        return (0.0, 0.0, True) if same else (float("inf"), float("inf"), False)
+    ref64, got64 = ref.astype(np.float64), got.astype(np.float64)
+    if not np.array_equal(np.isfinite(ref64), np.isfinite(got64)):
+        return float("inf"), float("inf"), False
+    finite = np.isfinite(ref64)
+    diff = np.abs(ref64 - got64)[finite]
+    max_abs = float(diff.max()) if diff.size else 0.0
+    scale = float(np.abs(ref64[finite]).max()) if diff.size else 0.0
+    max_rel = max_abs / scale if scale > 0 else max_abs
+    tol = rtol if rtol is not None else DEFAULT_RTOL.get(dtype, 1e-5)
+    return max_abs, max_rel, max_rel <= tol
+
+
+def verify(pairs, batch_sizes: Sequence[int] = (1, 4), seed: int = 0, rtol: Optional[float] = None,
+           given: Optional[dict] = None) -> Verification:
+    """pairs: [(signature name, input specs, output specs, reference fn, candidate fn)]."""
+    per, ok, worst_abs, worst_rel = {}, True, 0.0, 0.0
+    for sig, in_specs, out_specs, ref_fn, new_fn in pairs:
+        feeds_list = [(f"given", given[sig])] if given and sig in given else [
+            (str(b), random_inputs(in_specs, b, seed + b)) for b in batch_sizes]
+        for tag, feeds in feeds_list:
+            ref, got = ref_fn(**feeds), new_fn(**feeds)
+            for spec in out_specs:
+                a, b = ref[spec.key].numpy(), got[spec.key].numpy()
+                max_abs, max_rel, passed = compare(a, b, spec.dtype, rtol)
+                per[f"{sig}/{spec.key}@{tag}"] = {"max_abs_diff": max_abs, "max_rel_diff": max_rel, "passed": passed}
+                ok &= passed
+                worst_abs, worst_rel = max(worst_abs, max_abs), max(worst_rel, max_rel)
+    return Verification(ok, worst_abs, worst_rel, per, tuple(batch_sizes))
