@@ -18,6 +18,7 @@ dimension is unknown, so an unknown never turns into a wrong concrete number.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import re
 from typing import Callable, Optional
 
@@ -143,6 +144,30 @@ def _transpose_rules() -> tuple[str, ...]:
     return tuple(rules)
 
 
+def _batch_matmul_rules() -> tuple[str, ...]:
+    """Equal ranks 3 and 4; each batch dim either equal, or broadcast from a 1 on one side (one rule per case)."""
+    rules = []
+    for r in (3, 4):
+        for cases in itertools.product(("eq", "b1", "a1"), repeat=r - 2):
+            guards, dims = [], []
+            for i, case in enumerate(cases):
+                if case == "eq":
+                    guards.append(f"(= (vec-get sa {i}) (vec-get sb {i}))")
+                    dims.append(f"(vec-get sa {i})")
+                elif case == "b1":
+                    guards.append(f"(= (vec-get sb {i}) 1)")
+                    dims.append(f"(vec-get sa {i})")
+                else:
+                    guards.append(f"(= (vec-get sa {i}) 1)")
+                    dims.append(f"(vec-get sb {i})")
+            rules.append(_rule(
+                "(= t (BatchMatMulV2 ax ay a b)) (= sa (shape a)) (= sb (shape b))",
+                f"(= (vec-length sa) {r}) (= (vec-length sb) {r})", *guards,
+                f"(= (vec-get sa (- {r - 1} ax)) (vec-get sb (+ {r - 2} ay)))",
+                shape=f"(vec-of {' '.join(dims)} (vec-get sa (+ {r - 2} ax)) (vec-get sb (- {r - 1} ay)))"))
+    return tuple(rules)
+
+
 _NHWC = lambda lit: lit.get("data_format", "NHWC") == "NHWC"   # noqa: E731  (NCHW convs do not run on TF CPU)
 _CONV_ATTRS = (Attr("strides", "ints"), Attr("padding", "str"), Attr("dilations", "ints", (1, 1, 1, 1)))
 _SAME_OR_VALID = lambda lit: _NHWC(lit) and lit["padding"] in ("SAME", "VALID")   # noqa: E731
@@ -156,13 +181,7 @@ _SPECS = [
                "(= (vec-get sa (- 1 ta)) (vec-get sb tb))",
                shape="(vec-of (vec-get sa ta) (vec-get sb (- 1 tb)))"),)),
     OpSpec("BatchMatMulV2", "BatchMatMulV2", (Attr("adj_x", "bool", False), Attr("adj_y", "bool", False)),
-           n_tensor_inputs=2, shape_rules=tuple(_rule(
-               "(= t (BatchMatMulV2 ax ay a b)) (= sa (shape a)) (= sb (shape b))",
-               f"(= (vec-length sa) {r}) (= (vec-length sb) {r})",
-               *[f"(= (vec-get sa {i}) (vec-get sb {i}))" for i in range(r - 2)],
-               f"(= (vec-get sa (- {r - 1} ax)) (vec-get sb (+ {r - 2} ay)))",
-               shape="(vec-of " + " ".join(f"(vec-get sa {i})" for i in range(r - 2))
-                     + f" (vec-get sa (+ {r - 2} ax)) (vec-get sb (- {r - 1} ay)))") for r in (3, 4))),
+           n_tensor_inputs=2, shape_rules=_batch_matmul_rules()),
     OpSpec("Conv2D", "Conv2D", _CONV_ATTRS, n_tensor_inputs=2, accepts=_SAME_OR_VALID,
            shape_rules=_conv_rules("Conv2D", "(vec-get sw 3)")),
     OpSpec("DepthwiseConv2dNative", "DepthwiseConv2dNative", _CONV_ATTRS, n_tensor_inputs=2, accepts=_SAME_OR_VALID,
@@ -193,8 +212,12 @@ _SPECS = [
                "(= t (Out tt i)) (= tt (SplitV n sz ax x)) (= sx (shape x))",
                shape="(vec-set sx ax (vec-get sz i))"),)),
     OpSpec("Transpose", "Transpose", const_inputs=(ConstInput(1, "perm", "ints"),), shape_rules=_transpose_rules()),
-    OpSpec("Reshape", "Reshape", const_inputs=(ConstInput(1, "shape", "ints"),), shape_rules=(_rule(
-        "(= t (Reshape s x)) (vec-not-contains s -1)", shape="s"),)),
+    # A -1 in the target is left as -1 when the input has an unknown dim (exactly what TF infers). Resolving it for a
+    # fully known input needs a product over the dims; TF's facts cover ingested graphs, and rules write targets
+    # without -1, so that case is not derived.
+    OpSpec("Reshape", "Reshape", const_inputs=(ConstInput(1, "shape", "ints"),), shape_rules=(
+        _rule("(= t (Reshape s x)) (vec-not-contains s -1)", shape="s"),
+        _rule("(= t (Reshape s x)) (vec-contains s -1) (= sx (shape x)) (vec-contains sx -1)", shape="s"))),
     OpSpec("MaxPool", "MaxPool", (Attr("ksize", "ints"), Attr("strides", "ints"), Attr("padding", "str")),
            accepts=_SAME_OR_VALID, shape_rules=_pool_rules("MaxPool")),
     OpSpec("AvgPool", "AvgPool", (Attr("ksize", "ints"), Attr("strides", "ints"), Attr("padding", "str")),

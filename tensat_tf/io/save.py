@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
+import re
 import shutil
 import tempfile
 from typing import Optional
@@ -66,6 +67,39 @@ def _split_weights(graph_def, min_elements: int, module: _Exported, by_key: dict
     return gd, mapping
 
 
+def _rename_functions(graph_def, suffix: str):
+    """Give every library function a per-signature name.
+
+    Each signature is frozen on its own, so two signatures can carry different functions under one name (the frozen
+    While bodies of Keras' `serve` and `serving_default`); one SavedModel cannot hold both.
+    """
+    names = {f.signature.name for f in graph_def.library.function}
+    if not names:
+        return graph_def
+    rename = {n: f"{n}_{suffix}" for n in names}
+
+    def fix_attrs(attrs):
+        for a in attrs.values():
+            if a.HasField("func") and a.func.name in rename:
+                a.func.name = rename[a.func.name]
+            for f in a.list.func:
+                if f.name in rename:
+                    f.name = rename[f.name]
+
+    gd = tf.compat.v1.GraphDef()
+    gd.CopyFrom(graph_def)
+    for node in gd.node:
+        fix_attrs(node.attr)
+    for fn in gd.library.function:
+        fn.signature.name = rename[fn.signature.name]
+        for node in fn.node_def:
+            fix_attrs(node.attr)
+    for grad in gd.library.gradient:
+        grad.function_name = rename.get(grad.function_name, grad.function_name)
+        grad.gradient_func = rename.get(grad.gradient_func, grad.gradient_func)
+    return gd
+
+
 def _make_function(sig: Signature, graph_def, var_map: dict):
     in_names = [s.tensor for s in sig.inputs]
     out_names = [s.tensor for s in sig.outputs]
@@ -89,6 +123,7 @@ def write_saved_model(export_dir: str, sigs: dict[str, Signature], graphs: dict[
     functions = {}
     for name in sorted(graphs):
         gd, var_map = _split_weights(graphs[name], min_variable_elements, module, by_key)
+        gd = _rename_functions(gd, re.sub(r"\W", "_", name))
         functions[name] = _make_function(sigs[name], gd, var_map)
     tf.saved_model.save(module, export_dir, signatures=functions)
     for extra in EXTRA_DIRS:

@@ -1,0 +1,31 @@
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def zoo_cache(tmp_path_factory):
+    """One zoo cache per test session: each model is built once, whatever the tests that use it."""
+    path = str(tmp_path_factory.mktemp("zoo_cache"))
+    old = os.environ.get("TENSAT_TF_ZOO_CACHE")
+    os.environ["TENSAT_TF_ZOO_CACHE"] = path
+    yield path
+    if old is None:
+        os.environ.pop("TENSAT_TF_ZOO_CACHE", None)
+    else:
+        os.environ["TENSAT_TF_ZOO_CACHE"] = old
+
+
+def tree_digest(path: str) -> dict:
+    """name -> (size, mtime_ns, sha256) of every file under path: proves an input was not touched."""
+    import hashlib
+    out = {}
+    for root, _, files in os.walk(path):
+        for f in sorted(files):
+            p = os.path.join(root, f)
+            st = os.stat(p)
+            with open(p, "rb") as fh:
+                out[os.path.relpath(p, path)] = (st.st_size, st.st_mtime_ns, hashlib.sha256(fh.read()).hexdigest())
+    return out

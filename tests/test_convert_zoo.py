@@ -1,0 +1,85 @@
+"""End to end: every zoo model converts with no rules, verifies, and keeps its serving interface."""
+import os
+from collections import Counter
+
+import pytest
+import tensorflow as tf
+
+from tensat_tf import zoo
+from tensat_tf.convert import Options, convert
+from tensat_tf.io import load
+
+FAST = [n for n in zoo.NAMES if n not in zoo.SLOW_NAMES]
+
+
+def interface(path):
+    """signature name -> (input key -> (dtype, shape), output key -> (dtype, shape)) as serving sees it."""
+    loaded = tf.saved_model.load(path)
+    out = {}
+    for name, fn in loaded.signatures.items():
+        ins = {k: (s.dtype, tuple(s.shape.as_list())) for k, s in fn.structured_input_signature[1].items()}
+        outs = {k: (s.dtype, tuple(s.shape.as_list())) for k, s in fn.structured_outputs.items()}
+        out[name] = (ins, outs)
+    return out
+
+
+def saved_ops(path):
+    """Every op in the saved function graphs (what TF Serving will run)."""
+    from tensorflow.core.protobuf import saved_model_pb2
+    sm = saved_model_pb2.SavedModel()
+    with open(os.path.join(path, "saved_model.pb"), "rb") as f:
+        sm.ParseFromString(f.read())
+    ops = set()
+    for mg in sm.meta_graphs:
+        ops |= {n.op for n in mg.graph_def.node}
+        for fn in mg.graph_def.library.function:
+            ops |= {n.op for n in fn.node_def}
+    return ops
+
+
+def check_conversion(name, tmp_path):
+    src = zoo.resolve(f"zoo:{name}")
+    out = str(tmp_path / "out")
+    report = convert(f"zoo:{name}", out, Options())
+    assert report["verification"]["passed"]
+    assert report["verification"]["max_rel_diff"] <= 1e-5
+    assert interface(out) == interface(src)
+    assert not {op for op in saved_ops(out) if op.startswith("_")}
+    for sig_name, sig in report["signatures"].items():
+        tensat = [p for p in sig["passes"] if p["name"] == "tensat"][0]
+        assert tensat["ok"], tensat["error"]
+        # with no rules the e-graph pass reproduces the canonical graph: same number of nodes
+        assert tensat["nodes_before"] == tensat["nodes_after"]
+        assert sig["egraph"]["enodes"] > 0
+    # weights are variables in the output, shared by the signatures
+    assert os.path.exists(os.path.join(out, "variables", "variables.index"))
+    return report
+
+
+@pytest.mark.parametrize("name", FAST)
+def test_zoo_model_converts(name, zoo_cache, tmp_path):
+    report = check_conversion(name, tmp_path)
+    if name == "mlp":
+        assert set(report["signatures"]) == {"serving_default", "logits"}
+    if name == "keras_cnn":
+        assert set(report["signatures"]) == {"serve", "serving_default"}
+
+
+def test_weights_shared_across_signatures(zoo_cache, tmp_path):
+    """The Keras export has two signatures over the same weights: the output stores each weight once."""
+    out = str(tmp_path / "out")
+    convert("zoo:keras_cnn", out, Options())
+    reader = tf.train.load_checkpoint(os.path.join(out, "variables", "variables"))
+    stored = [k for k in reader.get_variable_to_shape_map() if k.startswith("weights/")]
+    model = load.load(zoo.resolve("zoo:keras_cnn"))
+    per_sig = Counter()
+    for sig in model.signatures.values():
+        per_sig[sig.name] = sum(1 for n in sig.graph_def.node if n.op == "Const"
+                                and tf.make_ndarray(n.attr["value"].tensor).size >= 1024)
+    assert stored and len(stored) <= max(per_sig.values())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", sorted(zoo.SLOW_NAMES))
+def test_keras_application_converts(name, zoo_cache, tmp_path):
+    check_conversion(name, tmp_path)
