@@ -93,7 +93,7 @@ def convert(src: str, output_dir: str, options: Options = Options()) -> dict:
         save_mod.write_saved_model(staged, model.signatures, graphs, path, options.min_variable_elements)
         t = lap("save", t)
         reloaded = tf.saved_model.load(staged)
-        pairs = [(name, sig.inputs, sig.outputs, sig.function, reloaded.signatures[name])
+        pairs = [(name, sig.inputs, sig.outputs, sig.function, reloaded.signatures[name], sig.call_frozen)
                  for name, sig in sorted(model.signatures.items())]
         result = verify_mod.verify(pairs, options.verify_batch_sizes, options.seed, options.rtol)
         t = lap("verify", t)
@@ -103,6 +103,7 @@ def convert(src: str, output_dir: str, options: Options = Options()) -> dict:
                 "max_abs_diff": max((v["max_abs_diff"] for v in mine.values()), default=0.0),
                 "max_rel_diff": max((v["max_rel_diff"] for v in mine.values()), default=0.0),
                 "passed": all(v["passed"] for v in mine.values()),
+                "noise_floor": max((v["noise_floor"] for v in mine.values()), default=0.0),
                 "per_output": mine,
             }
         report["verification"] = {"max_abs_diff": result.max_abs_diff, "max_rel_diff": result.max_rel_diff,

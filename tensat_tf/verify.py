@@ -3,6 +3,12 @@
 Run at batch 1 and a larger batch (unknown leading dims), per output key: max abs and max relative difference, where
 the relative difference is max|a-b| / max|a| (element-wise ratios explode on near-zero outputs). Integer and bool
 outputs must match exactly.
+
+Tolerance: rtol (1e-5 for float32), or NOISE_FACTOR times the noise floor when that is larger. The noise floor is the
+distance between the original signature and TF's own frozen copy of it: freezing turns variables into constants that
+TF's runtime then folds in another order, which alone moves a deep network's outputs (MobileNetV2: 2.7e-5 relative,
+measured). Our output cannot be held to a tighter bound than TF's own freezing; a wrong rewrite is orders of
+magnitude above either.
 """
 from __future__ import annotations
 
@@ -14,6 +20,7 @@ import tensorflow as tf
 
 from tensat_tf.io.load import TensorSpec
 
+NOISE_FACTOR = 10.0
 DEFAULT_RTOL = {tf.float16: 1e-2, tf.bfloat16: 2e-2, tf.float32: 1e-5, tf.float64: 1e-9}
 
 
@@ -45,7 +52,7 @@ def random_inputs(specs: Sequence[TensorSpec], batch: int, seed: int, unknown_di
     return feeds
 
 
-def compare(ref: np.ndarray, got: np.ndarray, dtype: tf.DType, rtol: Optional[float]) -> tuple[float, float, bool]:
+def compare(ref: np.ndarray, got: np.ndarray, dtype: tf.DType, tol: float) -> tuple[float, float, bool]:
     if ref.shape != got.shape:
         return float("inf"), float("inf"), False
     if not dtype.is_floating:
@@ -59,23 +66,29 @@ def compare(ref: np.ndarray, got: np.ndarray, dtype: tf.DType, rtol: Optional[fl
     max_abs = float(diff.max()) if diff.size else 0.0
     scale = float(np.abs(ref64[finite]).max()) if diff.size else 0.0
     max_rel = max_abs / scale if scale > 0 else max_abs
-    tol = rtol if rtol is not None else DEFAULT_RTOL.get(dtype, 1e-5)
     return max_abs, max_rel, max_rel <= tol
 
 
 def verify(pairs, batch_sizes: Sequence[int] = (1, 4), seed: int = 0, rtol: Optional[float] = None,
            given: Optional[dict] = None) -> Verification:
-    """pairs: [(signature name, input specs, output specs, reference fn, candidate fn)]."""
+    """pairs: [(signature name, input specs, output specs, reference fn, candidate fn, baseline fn or None)]."""
     per, ok, worst_abs, worst_rel = {}, True, 0.0, 0.0
-    for sig, in_specs, out_specs, ref_fn, new_fn in pairs:
+    for sig, in_specs, out_specs, ref_fn, new_fn, base_fn in pairs:
         feeds_list = [(f"given", given[sig])] if given and sig in given else [
             (str(b), random_inputs(in_specs, b, seed + b)) for b in batch_sizes]
         for tag, feeds in feeds_list:
             ref, got = ref_fn(**feeds), new_fn(**feeds)
+            base = base_fn(**feeds) if base_fn is not None else None
             for spec in out_specs:
                 a, b = ref[spec.key].numpy(), got[spec.key].numpy()
-                max_abs, max_rel, passed = compare(a, b, spec.dtype, rtol)
-                per[f"{sig}/{spec.key}@{tag}"] = {"max_abs_diff": max_abs, "max_rel_diff": max_rel, "passed": passed}
+                tol = rtol if rtol is not None else DEFAULT_RTOL.get(spec.dtype, 1e-5)
+                noise = 0.0
+                if base is not None and spec.dtype.is_floating:
+                    noise = compare(a, base[spec.key].numpy(), spec.dtype, tol)[1]
+                    tol = max(tol, NOISE_FACTOR * noise)
+                max_abs, max_rel, passed = compare(a, b, spec.dtype, tol)
+                per[f"{sig}/{spec.key}@{tag}"] = {"max_abs_diff": max_abs, "max_rel_diff": max_rel, "passed": passed,
+                                                  "noise_floor": noise, "tolerance": tol}
                 ok &= passed
                 worst_abs, worst_rel = max(worst_abs, max_abs), max(worst_rel, max_rel)
     return Verification(ok, worst_abs, worst_rel, per, tuple(batch_sizes))

@@ -37,12 +37,12 @@ def saved_ops(path):
     return ops
 
 
-def check_conversion(name, tmp_path):
+def check_conversion(name, tmp_path, max_rel=1e-5):
     src = zoo.resolve(f"zoo:{name}")
     out = str(tmp_path / "out")
     report = convert(f"zoo:{name}", out, Options())
     assert report["verification"]["passed"]
-    assert report["verification"]["max_rel_diff"] <= 1e-5
+    assert report["verification"]["max_rel_diff"] <= max_rel
     assert interface(out) == interface(src)
     assert not {op for op in saved_ops(out) if op.startswith("_")}
     for sig_name, sig in report["signatures"].items():
@@ -82,4 +82,31 @@ def test_weights_shared_across_signatures(zoo_cache, tmp_path):
 @pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(zoo.SLOW_NAMES))
 def test_keras_application_converts(name, zoo_cache, tmp_path):
-    check_conversion(name, tmp_path)
+    # TF's own frozen copy of MobileNetV2 already differs from the variable-based original by ~3e-5 (constant BN
+    # math folded in another order); verification scales its tolerance by that measured noise floor.
+    report = check_conversion(name, tmp_path, max_rel=1e-3)
+    for sig in report["signatures"].values():
+        assert sig["verification"]["max_rel_diff"] <= 10 * max(1e-5, sig["verification"]["noise_floor"])
+
+
+def test_wrong_graph_fails_verification_and_writes_nothing(zoo_cache, tmp_path, monkeypatch):
+    """A pass that silently changes a weight must be caught: exit as VerificationFailed, nothing published."""
+    from tensat_tf import errors
+    from tensat_tf.passes.tensat import TensatPass
+    real = TensatPass.optimize
+
+    def corrupt(self, graph_def, item):
+        out = real(self, graph_def, item)
+        for node in out.node:
+            if node.op == "Const" and node.attr["value"].tensor.tensor_content:
+                arr = tf.make_ndarray(node.attr["value"].tensor) * 1.01
+                node.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(arr))
+                break
+        return out
+
+    monkeypatch.setattr(TensatPass, "optimize", corrupt)
+    out = str(tmp_path / "out")
+    with pytest.raises(errors.VerificationFailed):
+        convert("zoo:mlp", out, Options())
+    assert not os.path.exists(out)
+    assert not [f for f in os.listdir(tmp_path) if f.startswith(".tensat_tf-")]

@@ -43,6 +43,12 @@ class Signature:
     inputs: list[TensorSpec]
     outputs: list[TensorSpec]
     function: object              # the original ConcreteFunction (the reference for verification)
+    frozen_function: object = None   # TF's own frozen version of it: its distance to the original is the noise floor
+
+    def call_frozen(self, **feeds):
+        """Run TF's frozen function with signature-style keyword inputs; returns {key: tensor}."""
+        outs = self.frozen_function(*[feeds[s.key] for s in self.inputs])
+        return dict(zip([s.key for s in self.outputs], outs))
 
     @property
     def item(self) -> GrapplerItem:
@@ -99,7 +105,7 @@ def _check_variables(path: str, sm) -> None:
         reader = tf.train.load_checkpoint(prefix)
         for name in sorted(reader.get_variable_to_shape_map()):
             reader.get_tensor(name)       # reads every shard: a truncated data file fails here
-    except (tf.errors.OpError, ValueError) as e:
+    except (tf.errors.OpError, ValueError, IndexError, OSError, RuntimeError) as e:
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise errors.BadVariables(f"variables unreadable in {path}: {msg}") from None
 
@@ -170,5 +176,5 @@ def load(path: str, tags: Sequence[str] = ("serve",), only: Optional[Sequence[st
             raise errors.UnsupportedSignature(f"signature '{name}' cannot be frozen: {str(e).splitlines()[0]}") \
                 from None
         inputs, outputs = _io_table(fn, frozen_fn, name)
-        sigs[name] = Signature(name, gd, inputs, outputs, fn)
+        sigs[name] = Signature(name, gd, inputs, outputs, fn, frozen_fn)
     return LoadedModel(path, sigs, skipped, loaded)

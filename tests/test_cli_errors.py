@@ -1,0 +1,160 @@
+"""Bad input: one clear line on stderr, a distinct exit code, nothing written, the input untouched."""
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+import tensorflow as tf
+
+from conftest import tree_digest
+from tensat_tf import errors, zoo
+
+CLI = [sys.executable, "-m", "tensat_tf.cli.main"]
+
+
+class _TableModel(tf.Module):
+    """A lookup-table signature, a string-input signature and a plain numeric one."""
+
+    def __init__(self):
+        init = tf.lookup.KeyValueTensorInitializer(tf.constant(["a", "b"]), tf.constant([1, 2], tf.int64))
+        self.table = tf.lookup.StaticHashTable(init, -1)
+        self.w = tf.Variable(tf.random.stateless_normal([4, 4], seed=[1, 2]))
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.int64, name="ids")])
+    def uses_table(self, ids):
+        return {"n": tf.cast(self.table.lookup(tf.strings.as_string(ids)), tf.float32)}
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="text")])
+    def strlen(self, text):
+        return {"len": tf.strings.length(text)}
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 4], name="x")])
+    def dense(self, x):
+        return {"y": tf.matmul(x, self.w)}
+
+
+@pytest.fixture(scope="module")
+def table_model(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("table") / "model")
+    m = _TableModel()
+    tf.saved_model.save(m, path, signatures={"uses_table": m.uses_table, "strlen": m.strlen, "dense": m.dense})
+    return path
+
+
+@pytest.fixture()
+def mlp_copy(zoo_cache, tmp_path):
+    path = str(tmp_path / "mlp")
+    shutil.copytree(zoo.resolve("zoo:mlp"), path)
+    return path
+
+
+def run_cli(*args):
+    return subprocess.run(CLI + list(args), capture_output=True, text=True, timeout=300)
+
+
+def assert_clean_failure(proc, code, fragment, out, src=None, digest=None):
+    assert proc.returncode == code, proc.stderr
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("tensat_tf: error:") and fragment in lines[0], lines[0]
+    assert not os.path.exists(out)
+    parent = os.path.dirname(out)
+    assert not [f for f in os.listdir(parent) if f.startswith(".tensat_tf-")], "staging folder left behind"
+    if src is not None:
+        assert tree_digest(src) == digest, "the input was modified"
+
+
+def test_missing_path(tmp_path):
+    out = str(tmp_path / "out")
+    assert_clean_failure(run_cli("convert", str(tmp_path / "nope"), f"--output_dir={out}"),
+                         errors.MissingPath.exit_code, "no such file", out)
+
+
+def test_not_a_saved_model(tmp_path):
+    src = tmp_path / "src"
+    src.mkdir()
+    (src / "README").write_text("hello")
+    out = str(tmp_path / "out")
+    digest = tree_digest(str(src))
+    assert_clean_failure(run_cli("convert", str(src), f"--output_dir={out}"),
+                         errors.NotASavedModel.exit_code, "not a SavedModel", out, str(src), digest)
+
+
+def test_corrupt_saved_model_pb(mlp_copy, tmp_path):
+    with open(os.path.join(mlp_copy, "saved_model.pb"), "r+b") as f:
+        f.seek(10)
+        f.write(b"\xff\xff\xff\xff garbage \x00\x07" * 4)
+    out = str(tmp_path / "out")
+    digest = tree_digest(mlp_copy)
+    assert_clean_failure(run_cli("convert", mlp_copy, f"--output_dir={out}"),
+                         errors.CorruptSavedModel.exit_code, "corrupt saved_model.pb", out, mlp_copy, digest)
+
+
+def test_truncated_variables(mlp_copy, tmp_path):
+    data = [f for f in os.listdir(os.path.join(mlp_copy, "variables")) if f.startswith("variables.data")][0]
+    path = os.path.join(mlp_copy, "variables", data)
+    os.truncate(path, os.path.getsize(path) // 2)
+    out = str(tmp_path / "out")
+    digest = tree_digest(mlp_copy)
+    assert_clean_failure(run_cli("convert", mlp_copy, f"--output_dir={out}"),
+                         errors.BadVariables.exit_code, "variables", out, mlp_copy, digest)
+
+
+def test_missing_variables(mlp_copy, tmp_path):
+    shutil.rmtree(os.path.join(mlp_copy, "variables"))
+    out = str(tmp_path / "out")
+    digest = tree_digest(mlp_copy)
+    assert_clean_failure(run_cli("convert", mlp_copy, f"--output_dir={out}"),
+                         errors.BadVariables.exit_code, "variables missing", out, mlp_copy, digest)
+
+
+def test_output_exists_and_not_empty(mlp_copy, tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "keep.txt").write_text("user data")
+    proc = run_cli("convert", mlp_copy, f"--output_dir={out}")
+    assert proc.returncode == errors.OutputExists.exit_code
+    assert len(proc.stderr.strip().splitlines()) == 1 and "--overwrite" in proc.stderr
+    assert os.listdir(out) == ["keep.txt"]
+
+
+def test_table_signature_refused_by_name(table_model, tmp_path):
+    out = str(tmp_path / "out")
+    digest = tree_digest(table_model)
+    assert_clean_failure(run_cli("convert", table_model, f"--output_dir={out}"),
+                         errors.UnsupportedSignature.exit_code, "'strlen'", out, table_model, digest)
+    assert_clean_failure(run_cli("convert", table_model, f"--output_dir={out}", "--signatures=uses_table"),
+                         errors.UnsupportedSignature.exit_code, "'uses_table'", out, table_model, digest)
+
+
+def test_string_input_refused_by_name(table_model, tmp_path):
+    out = str(tmp_path / "out")
+    assert_clean_failure(run_cli("convert", table_model, f"--output_dir={out}", "--signatures=strlen"),
+                         errors.UnsupportedSignature.exit_code, "string input 'text'", out)
+
+
+def test_other_signatures_convert_when_selected(table_model, tmp_path):
+    out = str(tmp_path / "out")
+    report = str(tmp_path / "report.json")
+    proc = run_cli("convert", table_model, f"--output_dir={out}", "--signatures=dense", f"--report={report}")
+    assert proc.returncode == 0, proc.stderr
+    assert set(tf.saved_model.load(out).signatures) == {"dense"}
+    assert os.path.exists(report)
+
+
+def test_unknown_signature(table_model, tmp_path):
+    out = str(tmp_path / "out")
+    assert_clean_failure(run_cli("convert", table_model, f"--output_dir={out}", "--signatures=nope"),
+                         errors.UnknownName.exit_code, "unknown signature", out)
+
+
+def test_unknown_zoo_model(tmp_path):
+    out = str(tmp_path / "out")
+    assert_clean_failure(run_cli("convert", "zoo:nope", f"--output_dir={out}"),
+                         errors.UnknownName.exit_code, "unknown zoo model", out)
+
+
+def test_exit_codes_are_distinct():
+    codes = list(errors.EXIT_CODES.values())
+    assert len(codes) == len(set(codes)) and 0 not in codes
