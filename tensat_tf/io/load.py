@@ -114,6 +114,15 @@ def _freeze(fn) -> tuple[object, tf.compat.v1.GraphDef]:
     return convert_to_constants.convert_variables_to_constants_v2_as_graph(fn, lower_control_flow=False)
 
 
+def _table_entry(sig_name: str, kind: str, key: str, tensor, spec) -> TensorSpec:
+    if spec.dtype in (tf.string, tf.variant, tf.resource):
+        raise errors.UnsupportedSignature(
+            f"signature '{sig_name}' has a {spec.dtype.name} {kind} '{key}' (only numeric and bool tensors are "
+            f"supported); select the other signatures with --signatures")
+    shape = None if spec.shape.rank is None else tuple(-1 if d is None else d for d in spec.shape.as_list())
+    return TensorSpec(key, tensor.name, spec.dtype, shape)
+
+
 def _io_table(fn, frozen_fn, sig_name: str) -> tuple[list[TensorSpec], list[TensorSpec]]:
     in_specs = fn.structured_input_signature[1]          # {key: TensorSpec}; signatures take keyword args only
     in_keys = sorted(in_specs)
@@ -126,28 +135,13 @@ def _io_table(fn, frozen_fn, sig_name: str) -> tuple[list[TensorSpec], list[Tens
     if len(frozen_inputs) != len(in_keys):
         raise errors.UnsupportedSignature(f"signature '{sig_name}': {len(in_keys)} inputs but the frozen graph has "
                                           f"{len(frozen_inputs)}")
-    inputs = []
-    for key, t in zip(in_keys, frozen_inputs):
-        spec = in_specs[key]
-        if spec.dtype in (tf.string, tf.variant, tf.resource):
-            raise errors.UnsupportedSignature(
-                f"signature '{sig_name}' has a {spec.dtype.name} input '{key}' (only numeric and bool inputs are "
-                f"supported); select the other signatures with --signatures")
-        shape = None if spec.shape.rank is None else tuple(-1 if d is None else d for d in spec.shape.as_list())
-        inputs.append(TensorSpec(key, t.name, spec.dtype, shape))
+    inputs = [_table_entry(sig_name, "input", key, t, in_specs[key]) for key, t in zip(in_keys, frozen_inputs)]
     out_struct = fn.structured_outputs
     if not isinstance(out_struct, dict):
         raise errors.UnsupportedSignature(f"signature '{sig_name}' does not return a dict of tensors")
     out_keys = sorted(out_struct)
-    outputs = []
-    for key, t in zip(out_keys, frozen_fn.outputs):
-        spec = out_struct[key]
-        if spec.dtype in (tf.string, tf.variant, tf.resource):
-            raise errors.UnsupportedSignature(
-                f"signature '{sig_name}' has a {spec.dtype.name} output '{key}'; select the other signatures "
-                f"with --signatures")
-        shape = None if spec.shape.rank is None else tuple(-1 if d is None else d for d in spec.shape.as_list())
-        outputs.append(TensorSpec(key, t.name, spec.dtype, shape))
+    outputs = [_table_entry(sig_name, "output", key, t, out_struct[key])
+               for key, t in zip(out_keys, frozen_fn.outputs)]
     return inputs, outputs
 
 
