@@ -1,0 +1,70 @@
+"""Extraction: choose one e-node per needed e-class so the program is acyclic and its DAG cost is small.
+
+    from tensat_tf.extract import extract, serialized
+    result = extract(serialized.load("bert.json"), method="ilp", ilp_seconds=20)
+    result.choice, result.dag_cost, result.status, result.gap
+
+method="greedy" is the greedy DAG extractor (greedy.py); method="ilp" starts from it and improves it with an ILP
+(ilp.py) under a hard wall-clock limit, so its cost is never above greedy's. Every result is checked acyclic.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Optional
+
+from tensat_tf.egraph.data import EGraphData
+from tensat_tf.extract import dag, greedy, ilp, solvers
+from tensat_tf.extract.greedy import NoExtraction
+
+METHODS = ("ilp", "greedy")
+SOLVERS = ("auto", "cbc", "highs")
+
+__all__ = ["Extraction", "NoExtraction", "extract", "METHODS", "SOLVERS"]
+
+
+@dataclasses.dataclass
+class Extraction:
+    choice: dict[int, int]       # class -> chosen node, for exactly the classes the roots need
+    dag_cost: float              # each chosen node counted once
+    method: str                  # "ilp" | "greedy"
+    status: str                  # "optimal" | "feasible" | "time_limit" | "fallback" (see ilp.py)
+    seconds: float               # wall-clock time of the whole call
+    acyclic: bool
+    gap: Optional[float]         # relative gap to the solver's best bound; None if it gave none (always for greedy)
+    solver: Optional[str]        # "cbc" | "highs" for the ILP, None for greedy
+    greedy_dag_cost: Optional[float] = None   # the greedy choice's DAG cost (the ILP's warm start)
+
+
+def resolve_solver(solver: str) -> str:
+    """"auto" is HiGHS when highspy is importable (it beat CBC on every TENSAT e-graph, see BENCHMARKS.md)."""
+    if solver not in SOLVERS:
+        raise ValueError(f"solver must be one of {SOLVERS}, not {solver!r}")
+    if solver == "auto":
+        return "highs" if solvers.highs_available() else "cbc"
+    return solver
+
+
+def extract(egraph: EGraphData, method: str = "ilp", ilp_seconds: float = 10.0, solver: str = "auto") -> Extraction:
+    """Extract from `egraph`. For "ilp", `ilp_seconds` bounds the whole call (greedy, model building and solving).
+    Raises NoExtraction when no acyclic choice avoids the blacklist, ValueError on a bad argument."""
+    if method not in METHODS:
+        raise ValueError(f"method must be one of {METHODS}, not {method!r}")
+    t0 = time.monotonic()
+    start = greedy.greedy_choice(egraph)
+    start_cost = dag.dag_cost(egraph, start)
+    if method == "greedy":
+        return _finish(egraph, start, "greedy", "feasible", t0, None, None, start_cost)
+
+    name = resolve_solver(solver)
+    res = ilp.solve_ilp(egraph, start, ilp_seconds - (time.monotonic() - t0), name)
+    choice, status = res.choice, res.status
+    if not dag.is_valid(egraph, choice):          # never returned by solve_ilp; a last line of defence
+        choice, status = start, "fallback"
+    return _finish(egraph, choice, "ilp", status, t0, res.gap, name, start_cost)
+
+
+def _finish(egraph, choice, method, status, t0, gap, solver, start_cost) -> Extraction:
+    return Extraction(choice=choice, dag_cost=dag.dag_cost(egraph, choice), method=method, status=status,
+                      seconds=time.monotonic() - t0, acyclic=dag.is_acyclic(egraph, choice), gap=gap,
+                      solver=solver, greedy_dag_cost=start_cost)

@@ -51,6 +51,16 @@ def needed_classes(egraph: EGraphData, allowed: Optional[Sequence[bool]] = None)
 def greedy_choice(egraph: EGraphData, costs: Optional[Sequence[float]] = None) -> dict[int, int]:
     """Acyclic choice {class: node} for the classes the roots need. `costs` overrides the node costs used to rank
     (the ILP uses it to steer the greedy towards a solution); blacklisted nodes are never chosen."""
+    chosen, _ = settle(egraph, costs)
+    missing = [r for r in egraph.roots if r not in chosen]
+    if missing:
+        raise NoExtraction(f"root classes {missing} have no acyclic, non-blacklisted extraction")
+    return dag.prune(egraph, chosen)
+
+
+def settle(egraph: EGraphData, costs: Optional[Sequence[float]] = None) -> tuple[dict[int, int], list[int]]:
+    """Run the greedy over every class the roots may need: ({class: node}, classes in the order they settled).
+    The order is a topological order of the choice (children first)."""
     nodes = egraph.nodes
     cost = [n.cost for n in nodes] if costs is None else list(costs)
     allowed = [i not in egraph.blacklist for i in range(len(nodes))]
@@ -75,6 +85,7 @@ def greedy_choice(egraph: EGraphData, costs: Optional[Sequence[float]] = None) -
     heapq.heapify(heap)
 
     chosen: dict[int, int] = {}
+    order: list[int] = []
     below = [0] * egraph.num_classes          # bitset of costly classes under the choice, the class itself included
     total = [0.0] * egraph.num_classes        # sum of own costs over that set
     own = [0.0] * egraph.num_classes          # cost of the class's chosen node
@@ -84,6 +95,7 @@ def greedy_choice(egraph: EGraphData, costs: Optional[Sequence[float]] = None) -
         if c in chosen:
             continue
         chosen[c] = i
+        order.append(c)
         # The heap key was computed when i was pushed, from children settled (hence frozen) by then: it is exact.
         below[c] = _union(nodes[i].children, below, total, own)[0] | ((1 << c) if cost[i] != 0 else 0)
         total[c], own[c] = c_i, cost[i]
@@ -92,10 +104,7 @@ def greedy_choice(egraph: EGraphData, costs: Optional[Sequence[float]] = None) -
             if pending[p] == 0 and nodes[p].eclass not in chosen:
                 heapq.heappush(heap, (cost[p] + _union(nodes[p].children, below, total, own)[1], p))
 
-    missing = [r for r in egraph.roots if r not in chosen]
-    if missing:
-        raise NoExtraction(f"root classes {missing} have no acyclic, non-blacklisted extraction")
-    return dag.prune(egraph, chosen)
+    return chosen, order
 
 
 def _union(children: Sequence[int], below: list[int], total: list[float], own: list[float]) -> tuple[int, float]:
