@@ -41,41 +41,67 @@ def highs_available() -> bool:
     return pulp.HiGHS().available()
 
 
+class Session:
+    """Solves one PuLP problem (a minimisation) repeatedly with "cbc" or "highs", each time from the variables'
+    current values as warm start (set them all, e.g. with setInitialValue) and within a wall-clock limit.
+
+    Between solves the caller may change variable bounds (to fix part of the model) or add rows. HiGHS keeps its
+    model and only receives the new bounds unless rows were added, which saves rebuilding a 60k-row model through
+    PuLP's Python loops (about 0.7 s on bert.json) for every solve of a neighbourhood search; CBC, a subprocess,
+    always gets the whole model anew.
+    """
+
+    def __init__(self, prob: pulp.LpProblem, solver: str, threads: int = 1):
+        if solver not in ("cbc", "highs"):
+            raise ValueError(f"unknown solver {solver!r}")
+        self.prob, self.solver, self.threads = prob, solver, threads
+        # Below this a solve is pointless: CBC spends about that long writing, starting and presolving bert.json.
+        self.min_seconds = 3.0 if solver == "cbc" else 0.3
+        self._highs: Optional["_HiGHS"] = None
+        self._rows = -1
+
+    def solve(self, seconds: float) -> SolveResult:
+        t0 = time.monotonic()
+        seconds = max(seconds, 0.1)
+        if self.solver == "cbc":
+            res = _CBC(self.threads).run(self.prob, seconds)
+        else:
+            if self._highs is None or self._rows != len(self.prob.constraints):
+                self._highs = _HiGHS(self.threads)
+                self._highs.build(self.prob)
+                self._rows = len(self.prob.constraints)
+            res = self._highs.run(self.prob, seconds)
+        res.seconds = time.monotonic() - t0
+        return res
+
+
 def solve(prob: pulp.LpProblem, solver: str, seconds: float, threads: int = 1) -> SolveResult:
-    """Solve `prob` (a minimisation) with "cbc" or "highs", starting from the variables' initial values (those set
-    with setInitialValue; all of them should be set), within `seconds` of wall-clock time."""
-    t0 = time.monotonic()
-    seconds = max(seconds, 0.1)
-    if solver == "cbc":
-        res = _CBC(seconds, threads).run(prob)
-    elif solver == "highs":
-        res = _HiGHS(seconds, threads).run(prob)
-    else:
-        raise ValueError(f"unknown solver {solver!r}")
-    res.seconds = time.monotonic() - t0
-    return res
+    """One solve of `prob` (see Session)."""
+    return Session(prob, solver, threads).solve(seconds)
 
 
 class _CBC(pulp.PULP_CBC_CMD):
     """PuLP's bundled CBC, reusing its MPS writer and solution reader, but with a killable subprocess and the bound
     parsed from CBC's log."""
 
-    def __init__(self, seconds: float, threads: int):
-        super().__init__(msg=False, timeLimit=max(0.1, seconds - SOFT_MARGIN), warmStart=True)
+    def __init__(self, threads: int):
+        super().__init__(msg=False, warmStart=True)
         self.n_threads = threads
-        self.hard_seconds = seconds
 
-    def run(self, prob: pulp.LpProblem) -> SolveResult:
+    def run(self, prob: pulp.LpProblem, seconds: float) -> SolveResult:
+        # Writing the MPS file takes up to a second on bert.json: the limits count from here, not from CBC's start.
+        deadline = time.monotonic() + seconds
         with tempfile.TemporaryDirectory(prefix="tensat_cbc_") as tmp:
             mps, sol, mst, log = (os.path.join(tmp, f"m.{ext}") for ext in ("mps", "sol", "mst", "log"))
             vs, var_names, con_names, _ = prob.writeMPS(mps, rename=1)
             self.writesol(mst, prob, vs, var_names, con_names)
-            args = [self.path, mps, "-mips", mst, "-sec", f"{self.timeLimit:.2f}", "-timeMode", "elapsed",
+            soft = max(0.1, deadline - time.monotonic() - SOFT_MARGIN)
+            args = [self.path, mps, "-mips", mst, "-sec", f"{soft:.2f}", "-timeMode", "elapsed",
                     "-threads", str(self.n_threads), "-solve", "-printingOptions", "all", "-solution", sol]
             with open(log, "w") as out:
                 proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
                 try:
-                    proc.wait(timeout=self.hard_seconds + GRACE)
+                    proc.wait(timeout=max(0.1, deadline + GRACE / 2 - time.monotonic()))
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait()
@@ -126,37 +152,51 @@ def _stdout_silenced():
 
 
 class _HiGHS(pulp.HiGHS):
-    """PuLP's in-process HiGHS, plus what PuLP 3.3 leaves out: the warm start (setSolution) and an interruptible run
-    (highspy's solver thread and cancelSolve)."""
+    """PuLP's in-process HiGHS, plus what PuLP 3.3 leaves out: the warm start (setSolution), an interruptible run
+    (highspy's solver thread and cancelSolve), and re-solving after bound changes without rebuilding the model."""
 
     _banner_done = False
 
-    def __init__(self, seconds: float, threads: int):
-        super().__init__(msg=False, threads=threads, timeLimit=max(0.1, seconds - SOFT_MARGIN))
-        self.hard_seconds = seconds
+    def __init__(self, threads: int):
+        super().__init__(msg=False, threads=threads)
 
-    def createAndConfigureSolver(self, lp):
+    def build(self, prob: pulp.LpProblem) -> None:
         if _HiGHS._banner_done:
-            return super().createAndConfigureSolver(lp)
-        with _stdout_silenced():
-            super().createAndConfigureSolver(lp)
-        _HiGHS._banner_done = True
+            self.createAndConfigureSolver(prob)
+        else:
+            with _stdout_silenced():
+                self.createAndConfigureSolver(prob)
+            _HiGHS._banner_done = True
+        self.buildSolverModel(prob)
+        self.h = prob.solverModel
+        self.h.HandleUserInterrupt = True
+        self.variables = prob.variables()
+        self.built_bounds = self._bounds()
 
-    def run(self, prob: pulp.LpProblem) -> SolveResult:
+    def _bounds(self):
+        import numpy as np
+        inf = self.h.getInfinity()
+        lo = np.array([-inf if v.lowBound is None else v.lowBound for v in self.variables], dtype=np.float64)
+        hi = np.array([inf if v.upBound is None else v.upBound for v in self.variables], dtype=np.float64)
+        return lo, hi
+
+    def run(self, prob: pulp.LpProblem, seconds: float) -> SolveResult:
         import highspy
         import numpy as np
 
-        self.createAndConfigureSolver(prob)
-        self.buildSolverModel(prob)
-        h: highspy.Highs = prob.solverModel
-        variables = prob.variables()
-        start = [(v.index, v.varValue) for v in variables if v.varValue is not None]
+        h = self.h
+        lo, hi = self._bounds()
+        if not (np.array_equal(lo, self.built_bounds[0]) and np.array_equal(hi, self.built_bounds[1])):
+            idx = np.arange(len(self.variables), dtype=np.int32)
+            h.changeColsBounds(len(idx), idx, lo, hi)
+            self.built_bounds = (lo, hi)
+        h.setOptionValue("time_limit", float(max(0.1, seconds - SOFT_MARGIN)))
+        start = [(k, v.varValue) for k, v in enumerate(self.variables) if v.varValue is not None]
         if start:
-            h.setSolution(len(start), np.array([i for i, _ in start], dtype=np.int32),
+            h.setSolution(len(start), np.array([k for k, _ in start], dtype=np.int32),
                           np.array([x for _, x in start], dtype=np.float64))
-        h.HandleUserInterrupt = True
         h.startSolve()
-        done, _ = h.wait(self.hard_seconds + GRACE / 2)
+        done, _ = h.wait(seconds + GRACE / 2)
         if not done:
             h.cancelSolve()
             done, _ = h.wait(GRACE)
@@ -173,7 +213,7 @@ class _HiGHS(pulp.HiGHS):
         if info.primal_solution_status != int(highspy.SolutionStatus.kSolutionStatusFeasible):
             return SolveResult("none", None, bound, 0.0)
         col = h.getSolution().col_value
-        for v in variables:
-            v.varValue = col[v.index]
+        for k, v in enumerate(self.variables):
+            v.varValue = col[k]
         obj = pulp.value(prob.objective)
         return SolveResult("optimal" if ms == MS.kOptimal else "feasible", obj, bound, 0.0)

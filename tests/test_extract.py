@@ -1,0 +1,201 @@
+"""Extraction: greedy DAG, ILP (both acyclicity formulations, both solvers), the loader and the CLI.
+
+The hand-made e-graphs each pin one property: a shared subexpression the greedy misses and the ILP finds, a cycle
+that is the cheapest choice and must be refused, a blacklist. A brute-force check on small random cyclic e-graphs
+covers the rest (reductions, cuts, warm start). The TENSAT files check the time limit and ILP <= greedy.
+"""
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import random
+import time
+
+import pytest
+
+from tensat_tf.cli import extract as cli
+from tensat_tf.egraph.data import EGraphData, ENode
+from tensat_tf.extract import NoExtraction, dag, extract, greedy, ilp, serialized, solvers
+
+DATA = "/work/shared/data/egraphs"
+SOLVERS = ["cbc"] + (["highs"] if solvers.highs_available() else [])
+needs_data = pytest.mark.skipif(not os.path.isdir(DATA), reason=f"{DATA} is absent")
+
+
+def egraph(spec, roots, blacklist=()):
+    """spec: (op, class, child classes, cost) per node, node ids in list order."""
+    return EGraphData.build([ENode(op, c, tuple(ch), cost) for op, c, ch, cost in spec], roots, blacklist)
+
+
+# Classes: 0 = S (shared, costly), 1 = A, 2 = B, 3 = root add(A, B). Each of A, B alone is cheaper as a leaf (3.5)
+# than through S (1 + 4), so greedy picks both leaves (1 + 3.5 + 3.5 = 8); sharing S costs 1 + 1 + 1 + 4 = 7.
+SHARED = [("s", 0, (), 4.0), ("f", 1, (0,), 1.0), ("leafA", 1, (), 3.5), ("g", 2, (0,), 1.0), ("leafB", 2, (), 3.5),
+          ("add", 3, (1, 2), 1.0)]
+
+# Classes: 0 = input, 1 = X, 2 = Y, 3 = root r(X). x1 = h(Y) and y1 = k(X) are free but form a cycle X <-> Y (cost 1
+# in all). Acyclic optimum: r, x1, y2 = 3 (x2 alone: 6).
+CYCLIC = [("in", 0, (), 0.0), ("h", 1, (2,), 0.0), ("xleaf", 1, (0,), 5.0), ("k", 2, (1,), 0.0),
+          ("yleaf", 2, (0,), 2.0), ("r", 3, (1,), 1.0)]
+
+
+def brute_force(eg: EGraphData) -> float:
+    """Cheapest valid (complete, acyclic, non-blacklisted) choice by enumeration; inf if none."""
+    best = float("inf")
+    for picks in itertools.product(*eg.classes):
+        choice = dict(enumerate(picks))
+        if dag.is_valid(eg, choice):
+            best = min(best, dag.dag_cost(eg, choice))
+    return best
+
+
+def test_dag_cost_counts_shared_nodes_once():
+    eg = egraph(SHARED, [3])
+    choice = {3: 5, 1: 1, 2: 3, 0: 0}
+    assert dag.dag_cost(eg, choice) == pytest.approx(7.0)
+    assert dag.reachable_classes(eg, {3: 5, 1: 2, 2: 4, 0: 0}) == [3, 1, 2]
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_ilp_finds_shared_subexpression_that_greedy_misses(solver):
+    eg = egraph(SHARED, [3])
+    g = extract(eg, method="greedy")
+    r = extract(eg, method="ilp", ilp_seconds=10, solver=solver)
+    assert g.dag_cost == pytest.approx(8.0)
+    assert r.dag_cost == pytest.approx(7.0)
+    assert r.choice == {0: 0, 1: 1, 2: 3, 3: 5}
+    assert r.status == "optimal" and r.gap == pytest.approx(0.0) and r.solver == solver
+    assert r.greedy_dag_cost == pytest.approx(8.0)
+
+
+# Each way of forbidding cycles alone: order rows, lazy cuts, and the up-front 2-/3-cycle rows (with lazy cuts).
+FORMULATIONS = [("order", False), ("lazy", False), ("lazy", True)]
+
+
+@pytest.mark.parametrize("acyclicity,short_cycles", FORMULATIONS)
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_ilp_refuses_the_cheapest_choice_when_it_is_cyclic(solver, acyclicity, short_cycles):
+    eg = egraph(CYCLIC, [3])
+    assert dag.find_cycle(eg, {3: 5, 1: 1, 2: 3}) is not None      # the cost-1 choice is a cycle
+    res = ilp.solve_ilp(eg, greedy.greedy_choice(eg), 10, solver, acyclicity=acyclicity, short_cycles=short_cycles)
+    assert dag.is_acyclic(eg, res.choice)
+    assert dag.dag_cost(eg, res.choice) == pytest.approx(3.0)
+    assert res.choice == {0: 0, 1: 1, 2: 4, 3: 5}
+    assert res.status == "optimal"
+
+
+@pytest.mark.parametrize("method", ["greedy", "ilp"])
+def test_blacklist_is_respected(method):
+    eg = egraph(CYCLIC, [3], blacklist={4})                       # no y leaf: x1 = h(Y) now needs the cycle
+    r = extract(eg, method=method, ilp_seconds=10)
+    assert 4 not in r.choice.values()
+    assert r.choice == {0: 0, 1: 2, 3: 5}
+    assert r.dag_cost == pytest.approx(6.0)
+    with pytest.raises(NoExtraction):
+        extract(egraph(CYCLIC, [3], blacklist={2, 4}), method=method)
+
+
+def _random_egraph(rng: random.Random) -> EGraphData:
+    """One leaf class; every other node has one or two children in any other class, so cycles are common."""
+    n_classes = rng.randint(5, 7)
+    spec = [("leaf", 0, (), rng.choice([0.0, 1.0, 3.0]))]
+    for c in range(1, n_classes):
+        for _ in range(rng.randint(1, 3)):
+            kids = tuple(rng.sample([k for k in range(n_classes) if k != c], rng.choice([1, 2, 2])))
+            spec.append(("op", c, kids, float(rng.randint(0, 5))))
+    return egraph(spec, [n_classes - 1], blacklist={i for i in range(len(spec)) if rng.random() < 0.1})
+
+
+@pytest.mark.parametrize("acyclicity,short_cycles", FORMULATIONS + [("order", True)])
+def test_ilp_matches_brute_force_on_random_cyclic_egraphs(acyclicity, short_cycles):
+    rng = random.Random(7)
+    checked = 0
+    while checked < 40:
+        eg = _random_egraph(rng)
+        best = brute_force(eg)
+        try:
+            start = greedy.greedy_choice(eg)
+        except NoExtraction:
+            assert best == float("inf")
+            continue
+        res = ilp.solve_ilp(eg, start, 10, SOLVERS[-1], acyclicity=acyclicity, short_cycles=short_cycles)
+        assert dag.is_valid(eg, res.choice)
+        assert res.status == "optimal", (eg, res)           # the ILP's own answer, not the greedy fallback
+        assert dag.dag_cost(eg, res.choice) == pytest.approx(best), (eg, res)
+        assert dag.dag_cost(eg, start) >= best - 1e-9
+        checked += 1
+
+
+def test_loader_numbers_classes_naturally_and_maps_children(tmp_path):
+    data = {"nodes": {
+        "10__0": {"op": "Relu(9)", "cost": 0.5, "eclass": "10", "children": ["9__1"]},
+        "9__1": {"op": "Conv2d([1; 2])", "cost": 2.0, "eclass": "9", "children": ["2__0", "2__0"]},
+        "9__0": {"op": "Var(\"w\")", "cost": 0.0, "eclass": "9", "children": []},
+        "2__0": {"op": "Input([1; 3])", "cost": 0.0, "eclass": "2", "children": []}},
+        "root_eclasses": ["10"]}
+    path = tmp_path / "g.json"
+    path.write_text(json.dumps(data))
+    eg = serialized.load(str(path))
+    assert [n.payload for n in eg.nodes] == ["Input([1; 3])", 'Var("w")', "Conv2d([1; 2])", "Relu(9)"]
+    assert [n.op for n in eg.nodes] == ["Input", "Var", "Conv2d", "Relu"]
+    assert [n.eclass for n in eg.nodes] == [0, 1, 1, 2]       # "2" < "9" < "10"
+    assert eg.nodes[2].children == (0, 0) and eg.nodes[3].children == (1,)
+    assert eg.roots == [2] and eg.classes == [[0], [1, 2], [3]]
+
+
+def test_cli_prints_one_json_line_and_rejects_bad_files(tmp_path, capsys):
+    good = tmp_path / "g.json"
+    good.write_text(json.dumps({"nodes": {"0": {"op": "x", "cost": 1.0, "eclass": "0", "children": []}},
+                                "root_eclasses": ["0"]}))
+    assert cli.run(str(good), "ilp", 5.0, "auto") == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1
+    row = json.loads(out[0])
+    assert set(row) == {"file", "enodes", "eclasses", "dag_cost", "greedy_dag_cost", "method", "status", "seconds",
+                        "acyclic", "gap", "solver"}
+    assert row["dag_cost"] == 1.0 and row["acyclic"] is True and row["status"] == "optimal"
+
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    for path in (str(bad), str(tmp_path / "missing.json")):
+        assert cli.run(path, "ilp", 5.0, "auto") == 2
+        captured = capsys.readouterr()
+        assert captured.out == "" and len(captured.err.strip().splitlines()) == 1
+
+
+@needs_data
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_time_limit_is_honoured_on_bert(solver):
+    eg = serialized.load(os.path.join(DATA, "bert.json"))
+    t0 = time.monotonic()
+    r = extract(eg, method="ilp", ilp_seconds=3.0, solver=solver)
+    assert time.monotonic() - t0 <= 3.0 + 2.0
+    assert r.acyclic and dag.is_valid(eg, r.choice)
+    assert r.dag_cost <= r.greedy_dag_cost + 1e-12
+    assert r.status in ("time_limit", "fallback")
+
+
+@needs_data
+@pytest.mark.parametrize("name", sorted(f for f in os.listdir(DATA) if f.endswith(".json")) if os.path.isdir(DATA)
+                         else [])
+def test_every_tensat_egraph_gives_acyclic_ilp_no_worse_than_greedy(name):
+    eg = serialized.load(os.path.join(DATA, name))
+    r = extract(eg, method="ilp", ilp_seconds=2.0)
+    assert r.acyclic and dag.is_valid(eg, r.choice)
+    assert r.dag_cost <= r.greedy_dag_cost + 1e-12
+    assert set(r.choice) == set(dag.reachable_classes(eg, r.choice))
+
+
+@needs_data
+def test_results_are_deterministic():
+    path = os.path.join(DATA, "resnet50_acyclic.json")
+    a, b = serialized.load(path), serialized.load(path)
+    assert a == b
+    assert greedy.greedy_choice(a) == greedy.greedy_choice(b)
+    for solver in SOLVERS:                     # solved to optimality, so no time-dependent stop
+        ra = extract(a, method="ilp", ilp_seconds=10, solver=solver)
+        rb = extract(b, method="ilp", ilp_seconds=10, solver=solver)
+        assert ra.status == rb.status == "optimal"
+        assert ra.choice == rb.choice
+    big = serialized.load(os.path.join(DATA, "bert.json"))
+    assert greedy.greedy_choice(big) == greedy.greedy_choice(serialized.load(os.path.join(DATA, "bert.json")))
