@@ -4,9 +4,9 @@ tree-cost extractor.
 
 The classes are settled in Dijkstra order: a node becomes a candidate only once every one of its child classes is
 settled, and the cheapest candidate overall settles its class next. A class's choice therefore depends only on classes
-settled before it, which makes the result acyclic by construction on cyclic e-graphs, with no repair pass. Because
-costs are non-negative, a node's union cost is at least each child's, so settling in cost order loses nothing against
-a fixpoint iteration of the same rule.
+settled before it, which makes the result acyclic by construction on cyclic e-graphs, with no repair pass. With
+non-negative costs a node's union cost is at least each child's, so a class settled now could not get a cheaper node
+from children settled later: each class gets the cheapest node given its children's choices, without iterating.
 
 The set of classes below a choice is an int used as a bitset (bit = class id): union is one C-level OR. Classes whose
 chosen node costs nothing are left out of the sets, as they add nothing to any sum.
@@ -48,21 +48,11 @@ def needed_classes(egraph: EGraphData, allowed: Optional[Sequence[bool]] = None)
     return reach
 
 
-def greedy_choice(egraph: EGraphData, costs: Optional[Sequence[float]] = None) -> dict[int, int]:
-    """Acyclic choice {class: node} for the classes the roots need. `costs` overrides the node costs used to rank
-    (the ILP uses it to steer the greedy towards a solution); blacklisted nodes are never chosen."""
-    chosen, _ = settle(egraph, costs)
-    missing = [r for r in egraph.roots if r not in chosen]
-    if missing:
-        raise NoExtraction(f"root classes {missing} have no acyclic, non-blacklisted extraction")
-    return dag.prune(egraph, chosen)
-
-
-def settle(egraph: EGraphData, costs: Optional[Sequence[float]] = None) -> tuple[dict[int, int], list[int]]:
-    """Run the greedy over every class the roots may need: ({class: node}, classes in the order they settled).
-    The order is a topological order of the choice (children first)."""
+def greedy_choice(egraph: EGraphData) -> dict[int, int]:
+    """Acyclic choice {class: node} for the classes the roots need; blacklisted nodes are never chosen.
+    Raises NoExtraction if a root cannot be computed."""
     nodes = egraph.nodes
-    cost = [n.cost for n in nodes] if costs is None else list(costs)
+    cost = [n.cost for n in nodes]
     allowed = [i not in egraph.blacklist for i in range(len(nodes))]
     reach = needed_classes(egraph, allowed)
 
@@ -85,7 +75,6 @@ def settle(egraph: EGraphData, costs: Optional[Sequence[float]] = None) -> tuple
     heapq.heapify(heap)
 
     chosen: dict[int, int] = {}
-    order: list[int] = []
     below = [0] * egraph.num_classes          # bitset of costly classes under the choice, the class itself included
     total = [0.0] * egraph.num_classes        # sum of own costs over that set
     own = [0.0] * egraph.num_classes          # cost of the class's chosen node
@@ -95,7 +84,6 @@ def settle(egraph: EGraphData, costs: Optional[Sequence[float]] = None) -> tuple
         if c in chosen:
             continue
         chosen[c] = i
-        order.append(c)
         # The heap key was computed when i was pushed, from children settled (hence frozen) by then: it is exact.
         below[c] = _union(nodes[i].children, below, total, own)[0] | ((1 << c) if cost[i] != 0 else 0)
         total[c], own[c] = c_i, cost[i]
@@ -104,7 +92,10 @@ def settle(egraph: EGraphData, costs: Optional[Sequence[float]] = None) -> tuple
             if pending[p] == 0 and nodes[p].eclass not in chosen:
                 heapq.heappush(heap, (cost[p] + _union(nodes[p].children, below, total, own)[1], p))
 
-    return chosen, order
+    missing = [r for r in egraph.roots if r not in chosen]
+    if missing:
+        raise NoExtraction(f"root classes {missing} have no acyclic, non-blacklisted extraction")
+    return dag.prune(egraph, chosen)
 
 
 def _union(children: Sequence[int], below: list[int], total: list[float], own: list[float]) -> tuple[int, float]:

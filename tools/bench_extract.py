@@ -1,0 +1,130 @@
+"""Benchmark extraction on egraph-serialize files (default: TENSAT's e-graphs in /work/shared/data/egraphs).
+
+For every *.json file: greedy DAG extraction, then the ILP with each solver under the time limit, then one long
+reference ILP run. The table compares each result with the best cost known (lowest cost any run found) and with the
+best lower bound proven (highest bound any solver reported), so "within x % of what can be proven" is explicit.
+
+    python tools/bench_extract.py                                   # the table in BENCHMARKS.md
+    python tools/bench_extract.py --reference_seconds=0 --solvers=highs
+    python tools/bench_extract.py --solvers= --reference_seconds=0 \
+        --variants=order,order-nocycles,order-noscc,order-nocycles-noscc,lazy,lazy-nocycles   # formulation choice
+"""
+from __future__ import annotations
+
+import dataclasses
+import glob
+import os
+import sys
+import time
+from typing import Optional
+
+from absl import app, flags
+
+from tensat_tf.extract import dag, extract, greedy, ilp, resolve_solver, serialized
+
+flags.DEFINE_string("dir", "/work/shared/data/egraphs", "Folder of egraph-serialize *.json files.")
+flags.DEFINE_float("seconds", 10.0, "ILP time limit (whole extract() call).")
+flags.DEFINE_float("big_seconds", 20.0, "ILP time limit for files with at least --big_enodes e-nodes.")
+flags.DEFINE_integer("big_enodes", 10_000, "Size from which --big_seconds applies.")
+flags.DEFINE_list("solvers", ["cbc", "highs"], "Solvers to run through extract().")
+flags.DEFINE_list("variants", [], "Extra ILP formulations to compare with HiGHS, as ACYCLICITY[-nocycles][-noscc]: "
+                  "order or lazy acyclicity, without the 2-/3-cycle rows, without the SCC-by-SCC search.")
+flags.DEFINE_float("reference_seconds", 300.0, "Time of the reference HiGHS run that sets the best known cost and "
+                   "bound; 0 skips it.")
+flags.DEFINE_string("out", os.path.join("/tmp", "bench_extract.md"), "Markdown file to write.")
+FLAGS = flags.FLAGS
+
+
+@dataclasses.dataclass
+class Run:
+    label: str
+    cost: float
+    status: str
+    seconds: float
+    gap: Optional[float]
+    bound: Optional[float]
+
+
+def _fmt(x: Optional[float], spec: str) -> str:
+    return "–" if x is None else format(x, spec)
+
+
+def bench_file(path: str) -> tuple[dict, list[Run]]:
+    egraph = serialized.load(path)
+    limit = FLAGS.big_seconds if egraph.num_nodes >= FLAGS.big_enodes else FLAGS.seconds
+    runs: list[Run] = []
+    g = extract(egraph, method="greedy")
+    runs.append(Run("greedy", g.dag_cost, g.status, g.seconds, None, None))
+    for solver in FLAGS.solvers:
+        r = extract(egraph, method="ilp", ilp_seconds=limit, solver=solver)
+        assert r.acyclic and dag.is_valid(egraph, r.choice), f"{path}: invalid {solver} result"
+        runs.append(Run(f"ilp-{solver}", r.dag_cost, r.status, r.seconds, r.gap, _bound(r.dag_cost, r.gap)))
+    for variant in FLAGS.variants:
+        runs.append(_variant(egraph, variant, limit))
+    if FLAGS.reference_seconds > 0:
+        r = extract(egraph, method="ilp", ilp_seconds=FLAGS.reference_seconds, solver="highs")
+        runs.append(Run("reference", r.dag_cost, r.status, r.seconds, r.gap, _bound(r.dag_cost, r.gap)))
+    info = {"file": os.path.basename(path), "enodes": egraph.num_nodes, "eclasses": egraph.num_classes,
+            "limit": limit}
+    return info, runs
+
+
+def _bound(cost: float, gap: Optional[float]) -> Optional[float]:
+    return None if gap is None else cost * (1 - gap)
+
+
+def _variant(egraph, variant: str, limit: float) -> Run:
+    acyclicity, *options = variant.split("-")
+    t0 = time.monotonic()
+    start = greedy.greedy_choice(egraph)
+    res = ilp.solve_ilp(egraph, start, limit - (time.monotonic() - t0), "highs", acyclicity=acyclicity,
+                        short_cycles="nocycles" not in options, scc_search="noscc" not in options)
+    return Run(f"highs:{variant}", dag.dag_cost(egraph, res.choice), res.status, time.monotonic() - t0, res.gap,
+               res.bound)
+
+
+def table(results: list[tuple[dict, list[Run]]]) -> str:
+    labels = [r.label for r in results[0][1]] if results else []
+    head = ["file", "e-nodes", "e-classes", "limit s", "greedy DAG cost"]
+    for lab in labels[1:]:
+        head += [f"{lab} cost", "status", "s", "gap"]
+    head += ["best known", "best bound", "ILP (auto) vs best known", "ILP (auto) vs best bound"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for info, runs in results:
+        best = min(r.cost for r in runs)
+        bounds = [r.bound for r in runs if r.bound is not None]
+        bound = max(bounds) if bounds else None
+        auto = next((r for r in runs if r.label == f"ilp-{resolve_solver('auto')}"), runs[-1])
+        row = [info["file"], f"{info['enodes']:,}", f"{info['eclasses']:,}", f"{info['limit']:g}",
+               f"{runs[0].cost:.6f}"]
+        for r in runs[1:]:
+            row += [f"{r.cost:.6f}", r.status, f"{r.seconds:.1f}", _fmt(None if r.gap is None else 100 * r.gap, ".2f")
+                    + ("" if r.gap is None else " %")]
+        row += [f"{best:.6f}", _fmt(bound, ".6f"), f"+{100 * (auto.cost - best) / best:.2f} %" if best else "–",
+                "–" if bound is None or not auto.cost else f"+{100 * (auto.cost - bound) / auto.cost:.2f} %"]
+        lines.append("| " + " | ".join(row) + " |")
+    return "\n".join(lines)
+
+
+def main(argv):
+    del argv
+    files = sorted(glob.glob(os.path.join(FLAGS.dir, "*.json")))
+    if not files:
+        print(f"no *.json files in {FLAGS.dir}", file=sys.stderr)
+        return 2
+    results = []
+    for path in files:
+        info, runs = bench_file(path)
+        results.append((info, runs))
+        print(f"{info['file']}: " + ", ".join(f"{r.label} {r.cost:.6f} ({r.status}, {r.seconds:.1f} s)"
+                                               for r in runs), flush=True)
+    text = table(results)
+    print(text)
+    with open(FLAGS.out, "w", encoding="utf-8") as f:
+        f.write(f"Command: `python tools/bench_extract.py {' '.join(sys.argv[1:])}`\n\n{text}\n")
+    print(f"written to {FLAGS.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    app.run(main)
