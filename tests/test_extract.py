@@ -68,6 +68,12 @@ def test_ilp_finds_shared_subexpression_that_greedy_misses(solver):
     assert r.greedy_dag_cost == pytest.approx(8.0)
 
 
+def test_no_time_for_the_ilp_falls_back_to_greedy():
+    r = extract(egraph(SHARED, [3]), method="ilp", ilp_seconds=0.1)
+    assert r.status == "fallback" and r.gap is None
+    assert r.dag_cost == pytest.approx(8.0) and r.acyclic
+
+
 # Each way of forbidding cycles alone: order rows, lazy cuts, and the up-front 2-/3-cycle rows (with lazy cuts).
 FORMULATIONS = [("order", False), ("lazy", False), ("lazy", True)]
 

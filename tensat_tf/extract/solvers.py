@@ -18,15 +18,19 @@ import math
 import os
 import re
 import subprocess
+import sys
 import tempfile
 import time
 from typing import Optional
 
+import numpy as np
 import pulp
 
-# Seconds before the hard deadline at which the solver's own limit is set, and the grace a solver gets after it.
-SOFT_MARGIN = 0.5      # CBC: its limit is this much before the caller's
-HIGHS_MARGIN = 0.25    # HiGHS: the same, smaller, as HiGHS stops on time
+# Seconds before the caller's deadline at which the solver's own limit is set: CBC's leaves it time to write its
+# solution before the kill at the deadline; HiGHS keeps to its limit within ~0.1 s and needs less.
+SOFT_MARGIN = 0.5
+HIGHS_MARGIN = 0.25
+# HiGHS only: how long past the deadline before the run is interrupted, and then abandoned.
 GRACE = 1.0
 
 
@@ -102,7 +106,7 @@ class _CBC(pulp.PULP_CBC_CMD):
             with open(log, "w") as out:
                 proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
                 try:
-                    proc.wait(timeout=max(0.1, deadline + GRACE / 2 - time.monotonic()))
+                    proc.wait(timeout=max(0.1, deadline - time.monotonic()))
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait()
@@ -140,7 +144,6 @@ def _parse_float(pattern: str, text: str) -> Optional[float]:
 def _stdout_silenced():
     """Point file descriptor 1 at /dev/null: the first highspy.Highs() of a process prints a licence banner from C++
     straight to stdout, before any option can turn it off, and the CLI's stdout must hold one JSON line only."""
-    import sys
     sys.stdout.flush()
     saved = os.dup(1)
     try:
@@ -175,15 +178,13 @@ class _HiGHS(pulp.HiGHS):
         self.built_bounds = self._bounds()
 
     def _bounds(self):
-        import numpy as np
         inf = self.h.getInfinity()
         lo = np.array([-inf if v.lowBound is None else v.lowBound for v in self.variables], dtype=np.float64)
         hi = np.array([inf if v.upBound is None else v.upBound for v in self.variables], dtype=np.float64)
         return lo, hi
 
     def run(self, prob: pulp.LpProblem, seconds: float) -> SolveResult:
-        import highspy
-        import numpy as np
+        import highspy                              # optional dependency: only here, where HiGHS is known to exist
 
         h = self.h
         lo, hi = self._bounds()
