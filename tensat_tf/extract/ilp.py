@@ -19,8 +19,9 @@ Acyclicity, two ways (chosen by measurement, see BENCHMARKS.md):
 
 Search (with "order", when the e-graph has two or more SCCs): first a neighbourhood search that re-solves one SCC at
 a time with the others fixed (_improve_by_scc; up to 75 % of the time), then the whole model from its result, which
-may still improve it and gives the global lower bound. On TENSAT's bert.json the whole model alone stalls around
-0.72-0.77 in 20 s, with large run-to-run swings; the SCC search reaches 0.7047 in about 15 s (BENCHMARKS.md).
+may still improve it and gives the global lower bound. On TENSAT's bert.json the whole model alone ends anywhere
+between 0.71 and 0.77 in 20 s from run to run; the SCC search reaches 0.7047, the proven optimum, in about 14 s
+(BENCHMARKS.md).
 
 The greedy DAG choice is the warm start and the fallback: the best acyclic choice known is kept throughout, so the
 result is never worse than greedy, and it is checked acyclic before it is returned.
