@@ -52,6 +52,7 @@ class OpSpec:
     shape_rules: tuple[str, ...] = ()          # egglog rule bodies (see _rule)
     accepts: Optional[Callable[[dict], bool]] = None   # extra check on the literal values (e.g. NHWC only)
     variadic: bool = False                     # ConcatV2: N inputs ingested as a right-nested binary chain
+    index_type_attrs: tuple[str, ...] = ()     # type attrs of the folded Const inputs (emitted as int32)
 
     @property
     def literals(self) -> tuple[tuple[str, str], ...]:
@@ -198,6 +199,7 @@ _SPECS = [
     OpSpec("Sigmoid", "Sigmoid", shape_rules=_same_shape("Sigmoid", 1)),
     OpSpec("Tanh", "Tanh", shape_rules=_same_shape("Tanh", 1)),
     OpSpec("ConcatV2", "ConcatV2", const_inputs=(ConstInput(-1, "axis", "int"),), n_tensor_inputs=2, variadic=True,
+           index_type_attrs=("Tidx",),
            shape_rules=(_rule(
                "(= t (ConcatV2 ax a b)) (= sa (shape a)) (= sb (shape b)) (= (vec-length sa) (vec-length sb))",
                shape="(vec-set sa ax "
@@ -208,14 +210,17 @@ _SPECS = [
                shape="(vec-set sx ax " + _dim("(/ (vec-get sx ax) n)", "(vec-get sx ax)") + ")"),)),
     OpSpec("SplitV", "SplitV", (Attr("num_split", "int"),),
            const_inputs=(ConstInput(1, "size_splits", "ints"), ConstInput(2, "axis", "int")),
+           index_type_attrs=("Tlen",),
            outputs="num_split", shape_rules=(_rule(
                "(= t (Out tt i)) (= tt (SplitV n sz ax x)) (= sx (shape x))",
                shape="(vec-set sx ax (vec-get sz i))"),)),
-    OpSpec("Transpose", "Transpose", const_inputs=(ConstInput(1, "perm", "ints"),), shape_rules=_transpose_rules()),
+    OpSpec("Transpose", "Transpose", const_inputs=(ConstInput(1, "perm", "ints"),), index_type_attrs=("Tperm",),
+           shape_rules=_transpose_rules()),
     # A -1 in the target is left as -1 when the input has an unknown dim (exactly what TF infers). Resolving it for a
     # fully known input needs a product over the dims; TF's facts cover ingested graphs, and rules write targets
     # without -1, so that case is not derived.
-    OpSpec("Reshape", "Reshape", const_inputs=(ConstInput(1, "shape", "ints"),), shape_rules=(
+    OpSpec("Reshape", "Reshape", const_inputs=(ConstInput(1, "shape", "ints"),), index_type_attrs=("Tshape",),
+           shape_rules=(
         _rule("(= t (Reshape s x)) (vec-not-contains s -1)", shape="s"),
         _rule("(= t (Reshape s x)) (vec-contains s -1) (= sx (shape x)) (vec-contains sx -1)", shape="s"))),
     OpSpec("MaxPool", "MaxPool", (Attr("ksize", "ints"), Attr("strides", "ints"), Attr("padding", "str")),

@@ -121,8 +121,8 @@ class Emitter:
         return self.tensor_of.get(c, self.node_of.get(c))
 
     def _children_to_emit(self, cls: int, enode) -> list[int]:
-        if enode.op == "TCons" or enode.op == "Op":
-            return list(self._flat_list(enode.children[-1])) if enode.op == "Op" else list(enode.children)
+        if enode.op == "Op":                   # its argument list is read through, not emitted as a class
+            return list(self._flat_list(enode.children[-1]))
         if enode.op == "ConcatV2":
             return self._concat_inputs(cls, enode)
         return list(enode.children)
@@ -247,13 +247,8 @@ class Emitter:
         node.input.extend(consts[p] if p in consts else next(it) for p in range(n_in))
         if spec.variadic:
             node.attr["N"].i = len(in_names)
-            node.attr["Tidx"].type = tf.int32.as_datatype_enum
-        if spec.tf_op in ("Transpose",):
-            node.attr["Tperm"].type = tf.int32.as_datatype_enum
-        if spec.tf_op in ("Reshape",):
-            node.attr["Tshape"].type = tf.int32.as_datatype_enum
-        if spec.tf_op in ("SplitV",):
-            node.attr["Tlen"].type = tf.int32.as_datatype_enum
+        for attr in spec.index_type_attrs:
+            node.attr[attr].type = tf.int32.as_datatype_enum
         return node
 
 

@@ -147,6 +147,8 @@ def _typed_literals(node, spec: ops.OpSpec, nodes_by_name, shapes) -> Optional[d
         lit["size_splits"] = tuple(sizes)
     if spec.accepts is not None and not spec.accepts(lit):
         return None
+    if spec.variadic and len(data_inputs) - len(spec.const_inputs) < 2:
+        return None                        # a one-input ConcatV2 has no binary form
     return lit
 
 
@@ -203,30 +205,22 @@ def ingest(graph_def, item: GrapplerItem) -> Ingested:
             const_pos = {c.index % len(data_inputs) for c in spec.const_inputs}
             tensor_inputs = [i for p, i in enumerate(data_inputs) if p not in const_pos]
             lit_args = [L.lit(literals[n]) for n, _ in spec.literals]
-            const_nodes = tuple(node_name(data_inputs[p]) for p in sorted(const_pos))
             if spec.variadic:
-                if len(tensor_inputs) < 2:
-                    literals = None
-                else:
-                    # right-nested binary chain; the inner links get their own lets so the emitter can find them
-                    inner = ref(tensor_inputs[-1])
-                    child_lets = []
-                    for j in range(len(tensor_inputs) - 2, 0, -1):
-                        link = f"$n{idx}_c{j}_"
-                        commands.append(L.let(link, L.call(spec.term, lit_args + [ref(tensor_inputs[j]), inner])))
-                        inner = L.var(link)
-                    commands.append(L.let(let_name, L.call(spec.term, lit_args + [ref(tensor_inputs[0]), inner])))
-                    child_lets = [ing.output_lets[_tensor_name(*_tensor_ref(i))] for i in tensor_inputs]
-                    ing.typed[name] = TypedOrigin(node, spec, tuple(literals[n] for n, _ in spec.literals),
-                                                  tuple(child_lets), const_nodes)
+                # right-nested binary chain; the inner links get their own lets so the emitter can find them
+                inner = ref(tensor_inputs[-1])
+                for j in range(len(tensor_inputs) - 2, 0, -1):
+                    link = f"$n{idx}_c{j}_"
+                    commands.append(L.let(link, L.call(spec.term, lit_args + [ref(tensor_inputs[j]), inner])))
+                    inner = L.var(link)
+                args = lit_args + [ref(tensor_inputs[0]), inner]
             else:
                 args = lit_args + [ref(i) for i in tensor_inputs]
-                commands.append(L.let(let_name, L.call(spec.term, args)))
-                child_lets = tuple(ing.output_lets[_tensor_name(*_tensor_ref(i))] for i in tensor_inputs)
-                ing.typed[name] = TypedOrigin(node, spec, tuple(literals[n] for n, _ in spec.literals),
-                                              child_lets, const_nodes)
-        if (node.op not in ("Placeholder", "Const") or has_ctrl or (node.op == "Const" and name in keep)) \
-                and literals is None:
+            commands.append(L.let(let_name, L.call(spec.term, args)))
+            ing.typed[name] = TypedOrigin(
+                node, spec, tuple(literals[n] for n, _ in spec.literals),
+                tuple(ing.output_lets[_tensor_name(*_tensor_ref(i))] for i in tensor_inputs),
+                tuple(node_name(data_inputs[p]) for p in sorted(const_pos)))
+        else:
             ing.opaque[name] = node
             ing.opaque_dtypes[name] = out_dtypes
             commands.append(L.let(let_name, L.call("Op", [L.lit(name), L.tlist([ref(i) for i in node.input])])))
