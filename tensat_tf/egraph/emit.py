@@ -15,34 +15,15 @@ from __future__ import annotations
 from collections import Counter
 from typing import Optional
 
-import numpy as np
 import tensorflow as tf
 
 from tensat_tf import ops
+from tensat_tf.egraph import nodedef
 from tensat_tf.egraph.data import EGraphData
 from tensat_tf.egraph.export import Exported
 from tensat_tf.egraph.ingest import Ingested, TypedOrigin
 
 NEW_PREFIX = "tensat/"
-
-
-def _set_attr(node, name: str, kind: str, value) -> None:
-    a = node.attr[name]
-    if kind == "bool":
-        a.b = bool(value)
-    elif kind == "int":
-        a.i = int(value)
-    elif kind == "str":
-        a.s = value.encode()
-    else:
-        a.list.i.extend(int(v) for v in value)
-
-
-def _int_const(name: str, value) -> tf.compat.v1.NodeDef:
-    node = tf.compat.v1.NodeDef(name=name, op="Const")
-    node.attr["dtype"].type = tf.int32.as_datatype_enum
-    node.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(np.asarray(value, dtype=np.int32)))
-    return node
 
 
 class Emitter:
@@ -231,24 +212,9 @@ class Emitter:
             self.node_of[cls] = node.name
 
     def _new_typed(self, spec: ops.OpSpec, enode, in_names: list[str], dtype: tf.DType):
-        name = self._fresh(spec.tf_op)
-        node = tf.compat.v1.NodeDef(name=name, op=spec.tf_op)
-        values = dict(zip((n for n, _ in spec.literals), enode.payload))
-        for a in spec.attrs:
-            _set_attr(node, a.name, a.kind, values[a.name])
-        node.attr["T"].type = dtype.as_datatype_enum
-        n_in = len(in_names) + len(spec.const_inputs)
-        consts = {}
-        for c in spec.const_inputs:
-            const = _int_const(f"{name}/{c.name}", values[c.name])
+        node, consts = nodedef.build(spec, enode.payload, self._fresh(spec.tf_op), in_names, dtype)
+        for const in consts:
             self._add(const)
-            consts[c.index % n_in] = const.name
-        it = iter(in_names)
-        node.input.extend(consts[p] if p in consts else next(it) for p in range(n_in))
-        if spec.variadic:
-            node.attr["N"].i = len(in_names)
-        for attr in spec.index_type_attrs:
-            node.attr[attr].type = tf.int32.as_datatype_enum
         return node
 
 

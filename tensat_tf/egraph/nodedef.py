@@ -1,0 +1,77 @@
+"""Typed term -> TF NodeDef(s): the one place that turns an op-table entry plus literal values into TF nodes.
+
+Used by the emitter (new nodes of the optimized graph), by the rule verifier (evaluating both sides of a rule in TF)
+and by the measured cost model (timing one op). Folded Const inputs (axis, perm, shape, split sizes) become int32
+Const nodes named `<node>/<literal>`.
+"""
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from tensat_tf import ops
+
+
+def set_attr(node, name: str, kind: str, value) -> None:
+    a = node.attr[name]
+    if kind == "bool":
+        a.b = bool(value)
+    elif kind == "int":
+        a.i = int(value)
+    elif kind == "str":
+        a.s = value.encode()
+    else:
+        a.list.i.extend(int(v) for v in value)
+
+
+def int_const(name: str, value) -> tf.compat.v1.NodeDef:
+    node = tf.compat.v1.NodeDef(name=name, op="Const")
+    node.attr["dtype"].type = tf.int32.as_datatype_enum
+    node.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(np.asarray(value, dtype=np.int32)))
+    return node
+
+
+def build(spec: ops.OpSpec, payload: tuple, name: str, in_names: list[str],
+          dtype: tf.DType) -> tuple[tf.compat.v1.NodeDef, list[tf.compat.v1.NodeDef]]:
+    """The NodeDef for term `spec` with literal values `payload` (term order) reading tensors `in_names`.
+
+    Returns (node, const_nodes): the Const nodes of folded inputs must be added to the graph too.
+    A variadic op (ConcatV2) takes any number >= 2 of tensor inputs.
+    """
+    node = tf.compat.v1.NodeDef(name=name, op=spec.tf_op)
+    values = dict(zip((n for n, _ in spec.literals), payload))
+    for a in spec.attrs:
+        set_attr(node, a.name, a.kind, values[a.name])
+    node.attr["T"].type = dtype.as_datatype_enum
+    n_in = len(in_names) + len(spec.const_inputs)
+    consts, extra = {}, []
+    for c in spec.const_inputs:
+        const = int_const(f"{name}/{c.name}", values[c.name])
+        extra.append(const)
+        consts[c.index % n_in] = const.name
+    it = iter(in_names)
+    node.input.extend(consts[p] if p in consts else next(it) for p in range(n_in))
+    if spec.variadic:
+        node.attr["N"].i = len(in_names)
+    for attr in spec.index_type_attrs:
+        node.attr[attr].type = tf.int32.as_datatype_enum
+    return node, extra
+
+
+def run(spec: ops.OpSpec, payload: tuple, inputs: list[np.ndarray]):
+    """Evaluate one typed term on numpy inputs in TF (graph mode, one node): an array, or a list for tuple ops."""
+    dtype = tf.as_dtype(inputs[0].dtype)
+    gd = tf.compat.v1.GraphDef()
+    for i, x in enumerate(inputs):
+        ph = gd.node.add(name=f"in{i}", op="Placeholder")
+        ph.attr["dtype"].type = tf.as_dtype(x.dtype).as_datatype_enum
+    node, extra = build(spec, payload, "op", [f"in{i}" for i in range(len(inputs))], dtype)
+    gd.node.extend(extra + [node])
+    g = tf.Graph()
+    with g.as_default():
+        tf.graph_util.import_graph_def(gd, name="")
+    op = g.get_operation_by_name("op")
+    feeds = {g.get_tensor_by_name(f"in{i}:0"): x for i, x in enumerate(inputs)}
+    with tf.compat.v1.Session(graph=g) as sess:
+        outs = sess.run(op.outputs, feeds)
+    return outs[0] if spec.outputs == "one" else outs
