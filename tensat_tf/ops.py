@@ -24,7 +24,8 @@ from typing import Callable, Optional
 
 # ---------------------------------------------------------------------------------------------- literal kinds
 # bool -> i64 (0/1), int -> i64, str -> String, ints -> IVec (egglog `(Vec i64)`)
-LITERAL_SORT = {"bool": "i64", "int": "i64", "str": "String", "ints": "IVec"}
+# pairs: an [n, 2] integer Const (Pad's paddings) flattened row-major into one vector
+LITERAL_SORT = {"bool": "i64", "int": "i64", "str": "String", "ints": "IVec", "pairs": "IVec"}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,6 +146,16 @@ def _transpose_rules() -> tuple[str, ...]:
     return tuple(rules)
 
 
+def _pad_rules() -> tuple[str, ...]:
+    rules = []
+    for rank in range(1, 6):
+        dims = " ".join(_dim(f"(+ (vec-get sx {i}) (+ (vec-get p {2 * i}) (vec-get p {2 * i + 1})))", f"(vec-get sx {i})")
+                        for i in range(rank))
+        rules.append(_rule("(= t (Pad p x)) (= sx (shape x))", f"(= (vec-length p) {2 * rank})",
+                           f"(= (vec-length sx) {rank})", shape=f"(vec-of {dims})"))
+    return tuple(rules)
+
+
 def _batch_matmul_rules() -> tuple[str, ...]:
     """Equal ranks 3 and 4; each batch dim either equal, or broadcast from a 1 on one side (one rule per case)."""
     rules = []
@@ -223,6 +234,9 @@ _SPECS = [
            shape_rules=(
         _rule("(= t (Reshape s x)) (vec-not-contains s -1)", shape="s"),
         _rule("(= t (Reshape s x)) (vec-contains s -1) (= sx (shape x)) (vec-contains sx -1)", shape="s"))),
+    # Pad: zero padding (TENSAT's `enlarge` of a conv kernel is a Pad of the smaller kernel)
+    OpSpec("Pad", "Pad", const_inputs=(ConstInput(1, "paddings", "pairs"),), index_type_attrs=("Tpaddings",),
+           shape_rules=_pad_rules()),
     OpSpec("MaxPool", "MaxPool", (Attr("ksize", "ints"), Attr("strides", "ints"), Attr("padding", "str")),
            accepts=_SAME_OR_VALID, shape_rules=_pool_rules("MaxPool")),
     OpSpec("AvgPool", "AvgPool", (Attr("ksize", "ints"), Attr("strides", "ints"), Attr("padding", "str")),

@@ -100,6 +100,8 @@ def _const_value(node, kind: str):
         return None
     if kind == "int":
         return int(arr) if arr.ndim == 0 else None
+    if kind == "pairs":
+        return tuple(int(x) for x in arr.reshape(-1)) if arr.ndim == 2 and arr.shape[1] == 2 else None
     return tuple(int(x) for x in arr.reshape(-1)) if arr.ndim == 1 else None
 
 

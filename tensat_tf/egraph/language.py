@@ -10,7 +10,8 @@ Sorts
   TTuple   a node with several (or unknown) outputs: (Op key args) for opaque nodes, Split/SplitV.
   TList    argument list of an opaque node: (TCons t rest) / (TNil).
   (Out tt i) is output i of a tuple; (Ctl tt) stands for a control edge from that node.
-Analysis
+Analysis (ruleset `shapes`)
+  (IsConst t): t depends only on weights.
   (shape t) -> (Vec i64): filled for graph tensors at ingest (TF shape inference) and by the table's shape rules
   for terms that rewrites create. It has no merge: two different shapes for one e-class are a soundness bug, and
   egglog reports them as an error instead of silently keeping one.
@@ -42,7 +43,9 @@ _PRELUDE = """
 (constructor TNil () TList)
 (constructor TCons (Tensor TList) TList)
 (function shape (Tensor) IVec :no-merge)
+(relation IsConst (Tensor))
 (ruleset shapes)
+(rule ((= t (Weight i))) ((IsConst t)) :ruleset shapes)
 """
 
 SPAN = bindings.RustSpan("tensat_tf", 0, 0)
@@ -55,7 +58,19 @@ def program() -> str:
         lines.append(f"(constructor {spec.term} ({' '.join(spec.arg_sorts)}) {spec.output_sort})")
     for spec in ops.TABLE.values():
         lines.extend(spec.shape_rules)
+        lines.append(_const_rule(spec))
     return "\n".join(lines)
+
+
+def _const_rule(spec: ops.OpSpec) -> str:
+    """IsConst: a typed term whose tensor inputs are all weight-only is weight-only (folded at emit, costs 0)."""
+    lits = [f"l{i}" for i in range(len(spec.literals))]
+    xs = [f"x{i}" for i in range(spec.n_tensor_inputs)]
+    term = f"({spec.term} {' '.join(lits + xs)})"
+    consts = " ".join(f"(IsConst {x})" for x in xs)
+    if spec.output_sort == "Tensor":
+        return f"(rule ((= t {term}) {consts}) ((IsConst t)) :ruleset shapes)"
+    return f"(rule ((= tt {term}) (= t (Out tt k)) {consts}) ((IsConst t)) :ruleset shapes)"
 
 
 def new_egraph() -> bindings.EGraph:

@@ -46,7 +46,10 @@ def build(spec: ops.OpSpec, payload: tuple, name: str, in_names: list[str],
     n_in = len(in_names) + len(spec.const_inputs)
     consts, extra = {}, []
     for c in spec.const_inputs:
-        const = int_const(f"{name}/{c.name}", values[c.name])
+        value = values[c.name]
+        if c.kind == "pairs":
+            value = [value[i:i + 2] for i in range(0, len(value), 2)]
+        const = int_const(f"{name}/{c.name}", value)
         extra.append(const)
         consts[c.index % n_in] = const.name
     it = iter(in_names)

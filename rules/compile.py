@@ -1,0 +1,130 @@
+"""Rule (rules.syntax) -> egglog program text.
+
+One ruleset per rule (`rs_<name>_`), so the saturation driver can run any subset and ban one rule that explodes.
+A single rule becomes
+
+    (rule ((= root LHS) (= s_x (shape x)) ... guards) ((union root RHS)) :ruleset rs_NAME_ :name "NAME")
+
+and a multi rule has one `(= root_k LHS_k)` per source (distinct roots) and one union per target; a subterm shared
+by the targets (the merged op under its SplitV) is one e-node by hash-consing.
+
+Every tensor variable of a left side gets its shape bound, so a rule never fires on a tensor of unknown rank, and
+guards and computed right-side literals read dimensions as `(vec-get s_x i)`.
+"""
+from __future__ import annotations
+
+from tensat_tf import ops
+from tensat_tf.rules.syntax import Rule, RuleSyntaxError, Sexp, is_var, to_text, variables
+
+# Argument sorts of the structural constructors (see tensat_tf.egraph.language).
+_STRUCTURAL_SORTS = {
+    "Input": ["String"], "Weight": ["i64"], "Op": ["String", "TList"], "Out": ["TTuple", "i64"],
+    "Ctl": ["TTuple"], "TNil": [], "TCons": ["Tensor", "TList"],
+}
+
+
+def constructor_sorts(name: str) -> list[str] | None:
+    if name in ops.BY_TERM:
+        return ops.BY_TERM[name].arg_sorts
+    return _STRUCTURAL_SORTS.get(name)
+
+
+def ruleset_name(rule_name: str) -> str:
+    # egglog 13.2 mints fresh names as <name><counter>: a trailing '_' keeps ours from colliding
+    return f"rs_{rule_name}_"
+
+
+def var_sorts(rule: Rule) -> dict[str, str]:
+    """Sort of every variable, from its positions in the left sides (and right sides for error checks)."""
+    sorts: dict[str, str] = {}
+
+    def walk(e: Sexp):
+        if not isinstance(e, list) or not e:
+            return
+        head = e[0]
+        arg_sorts = constructor_sorts(head) if isinstance(head, str) else None
+        if arg_sorts is None:
+            return
+        if len(e) - 1 != len(arg_sorts):
+            raise RuleSyntaxError(f"{rule.origin}: {head} takes {len(arg_sorts)} arguments, got {to_text(e)}")
+        for arg, s in zip(e[1:], arg_sorts):
+            if is_var(arg):
+                if sorts.setdefault(arg, s) != s:
+                    raise RuleSyntaxError(f"{rule.origin}: {arg} used as {sorts[arg]} and {s}")
+            else:
+                walk(arg)
+
+    for src in rule.sources:
+        if not isinstance(src, list) or constructor_sorts(src[0]) is None:
+            raise RuleSyntaxError(f"{rule.origin}: a left side must be a term, got {to_text(src)}")
+        walk(src)
+    lhs_vars = set(sorts)
+    for dst in rule.targets:
+        walk(dst)
+        missing = [v for v in variables(dst) if v not in lhs_vars]
+        if missing:
+            raise RuleSyntaxError(f"{rule.origin}: right side uses unbound {missing}")
+    for g in rule.guards:
+        missing = [v for v in variables(g) if v not in lhs_vars]
+        if missing:
+            raise RuleSyntaxError(f"{rule.origin}: guard uses unbound {missing}")
+    return sorts
+
+
+class _Ctx:
+    def __init__(self, rule: Rule, sorts: dict[str, str]):
+        self.rule, self.sorts = rule, sorts
+
+    def v(self, var: str) -> str:
+        return "v_" + var[1:]
+
+    def s(self, var: str) -> str:
+        if self.sorts.get(var) != "Tensor":
+            raise RuleSyntaxError(f"{self.rule.origin}: {var} is not a tensor variable of the left side")
+        return "s_" + var[1:]
+
+    def expr(self, e: Sexp) -> str:
+        """A term, a literal expression or a shape macro, as egglog text."""
+        if is_var(e):
+            return self.v(e)
+        if not isinstance(e, list):
+            return str(e)
+        head = e[0]
+        if head == "rank":
+            return f"(vec-length {self.s(e[1])})"
+        if head == "shape":
+            return self.s(e[1])
+        if head == "dim":
+            s, i = self.s(e[1]), e[2]
+            if isinstance(i, int) and i < 0:
+                return f"(vec-get {s} (+ (vec-length {s}) {i}))"
+            return f"(vec-get {s} {self.expr(i)})"
+        if head in ("const", "known", "distinct"):
+            raise RuleSyntaxError(f"{self.rule.origin}: ({head} ...) is a condition, not a value")
+        return "(" + " ".join([str(head)] + [self.expr(x) for x in e[1:]]) + ")"
+
+    def fact(self, g: Sexp) -> str:
+        if isinstance(g, list) and g:
+            if g[0] == "const":
+                return f"(IsConst {self.v(g[1])})"
+            if g[0] == "known":
+                return f"(vec-not-contains {self.s(g[1])} -1)"
+            if g[0] == "distinct":
+                return f"(!= {self.v(g[1])} {self.v(g[2])})"
+        return self.expr(g)
+
+
+def compile_rule(rule: Rule) -> str:
+    sorts = var_sorts(rule)
+    ctx = _Ctx(rule, sorts)
+    roots = [f"r{k}__" for k in range(len(rule.sources))]
+    facts = [f"(= {r} {ctx.expr(src)})" for r, src in zip(roots, rule.sources)]
+    for a in range(len(roots)):
+        for b in range(a + 1, len(roots)):
+            facts.append(f"(!= {roots[a]} {roots[b]})")
+    facts += [f"(= {ctx.s(v)} (shape {ctx.v(v)}))" for v, s in sorts.items() if s == "Tensor"]
+    facts += [ctx.fact(g) for g in rule.guards]
+    actions = [f"(union {r} {ctx.expr(dst)})" for r, dst in zip(roots, rule.targets)]
+    rs = ruleset_name(rule.name)
+    return (f"(ruleset {rs})\n(rule ({' '.join(facts)})\n      ({' '.join(actions)})\n"
+            f"      :ruleset {rs} :name \"{rule.name}\")")
