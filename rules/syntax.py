@@ -31,7 +31,9 @@ Every tensor variable of a left side must have a known rank (a shape in the anal
 
 Tests: `:test BINDING` (repeatable) gives shapes for which the rule must fire; `:reject BINDING` shapes (or weight
 flags) for which it must not. A binding is a list of `(?x d0 d1 ...)` (an input tensor), `(?x :weight d0 ...)`
-(a weight) or `(?x :lit VALUE)` (a literal variable). Every rule with guards needs at least one `:reject`.
+(a weight) or `(?x :lit VALUE)` (a literal variable). A dimension -1 is unknown (as in the analysis): only in
+`:reject` bindings, to show that a guard does not take two unknown dims for equal ones. Every rule with guards needs
+at least one `:reject`.
 """
 from __future__ import annotations
 
@@ -127,7 +129,7 @@ class Binding:
             if rest and rest[0] == ":weight":
                 weights.add(var)
                 rest = rest[1:]
-            if not all(isinstance(d, int) and d > 0 for d in rest):
+            if not all(isinstance(d, int) and (d > 0 or d == -1) for d in rest):
                 raise RuleSyntaxError(f"{origin}: bad shape for {var}: {to_text(it)}")
             shapes[var] = tuple(rest)
         return cls(shapes, frozenset(weights), lits)

@@ -213,6 +213,9 @@ def check(rule: Rule, seed: int = 0) -> CheckResult:
         raise VerifyError(f"{rule.name}: no :test binding")
     if rule.guards and not rule.rejects:
         raise VerifyError(f"{rule.name}: has guards but no :reject binding")
+    for b in rule.tests:
+        if any(-1 in s for s in b.shapes.values()):
+            raise VerifyError(f"{rule.name}: unknown dims (-1) only in :reject bindings, got :test {_show(b)}")
     compile_rule(rule)
     rng = np.random.default_rng(seed)
     worst = 0.0
