@@ -140,15 +140,18 @@ def fires(rule: Rule, binding: Binding, weights: Optional[frozenset] = None) -> 
     weights = binding.weights if weights is None else weights
     sorts = var_sorts(rule)
     lhs = [instantiate(s, sorts, binding.shapes, binding.literals) for s in rule.sources]
-    rhs = [instantiate(t, sorts, binding.shapes, binding.literals) for t in rule.targets]
     eg = L.new_egraph()
     prog = [compile_rule(rule), _leaves_program(binding, weights)]
     prog += [f"(let $L{k}_ {egglog_text(t)})" for k, t in enumerate(lhs)]
     prog.append("(run-schedule (saturate (run shapes)))")
     prog.append(f"(run-schedule (run {ruleset_name(rule.name)}))")
     prog.append("(run-schedule (saturate (run shapes)))")
-    prog += [f"(let $R{k}_ {egglog_text(t)})" for k, t in enumerate(rhs)]
     eg.run_program(*eg.parse_program("\n".join(prog)))
+    try:
+        rhs = [instantiate(t, sorts, binding.shapes, binding.literals) for t in rule.targets]
+    except IndexError:      # a right-side literal reads a dim past the rank: egglog's vec-get fails the match too
+        return False, lhs, []
+    eg.run_program(*eg.parse_program("\n".join(f"(let $R{k}_ {egglog_text(t)})" for k, t in enumerate(rhs))))
     fired = all(_holds(eg, f"(= $L{k}_ $R{k}_)") for k in range(len(lhs)))
     return fired, lhs, rhs
 
