@@ -1,0 +1,71 @@
+"""`tensat_tf calibrate SRC [--batch_size=N]`: time every distinct op of a model on this machine into the cost cache.
+
+The model goes through the same front end as convert (load and freeze each signature, the Grappler clean-up
+pre-pass, ingest into an e-graph, export), so the cache ends up holding exactly the (op, literals, shapes) keys that
+the measured cost model will look up when that model is converted at that batch size. Ops already in the cache are
+not timed again. One summary line goes to stdout; it also compares the model's summed op costs under the measured
+and the analytic model, a quick check of the analytic profile on this machine.
+"""
+from __future__ import annotations
+
+import os
+import time
+
+from absl import flags
+
+from tensat_tf import errors
+from tensat_tf.cli import convert_cmd  # noqa: F401  (defines --tags, --signatures, --canonicalize, shared here)
+from tensat_tf.cli import engine_flags  # noqa: F401  (defines --batch_size, shared with convert's cost model)
+
+FLAGS = flags.FLAGS
+
+
+def exported_signatures(src: str, tags, signatures, canonicalize: bool) -> dict:
+    """signature name -> Exported e-graph of that signature, built the way convert builds it (no rewrites)."""
+    from tensat_tf.egraph import export, ingest, language
+    from tensat_tf.io import load as load_mod
+    from tensat_tf.passes import canonicalize as canon
+    if src.startswith("zoo:"):
+        from tensat_tf import zoo
+        try:
+            path = zoo.resolve(src)
+        except zoo.UnknownModel as e:
+            raise errors.UnknownName(str(e)) from None
+    else:
+        path = src
+    model = load_mod.load(path, tags=tags, only=signatures)
+    out = {}
+    for name, sig in sorted(model.signatures.items()):
+        gd = canon.optimize(sig.graph_def, sig.item) if canonicalize else sig.graph_def
+        ing = ingest.ingest(gd, sig.item)
+        eg = language.new_egraph()
+        ingest.load(eg, ing)
+        out[name] = export.export(eg, ing.roots)
+    return out
+
+
+def main(args: list[str]) -> int:
+    if len(args) != 1:
+        raise errors.BadInput("calibrate takes exactly one SAVED_MODEL_DIR (or zoo:NAME); got "
+                              + (" ".join(args) if args else "none"))
+    src = args[0]
+    if not src.startswith("zoo:") and not os.path.exists(src):
+        raise errors.MissingPath(f"no such file or directory: {src}")
+    if FLAGS.batch_size < 1:
+        raise errors.BadInput("--batch_size must be >= 1")
+    t0 = time.perf_counter()
+    from tensat_tf.cost import analytic
+    from tensat_tf.cost.measured import MeasuredCostModel   # imports TensorFlow: after the cheap checks
+    exported = exported_signatures(src, FLAGS.tags, FLAGS.signatures, FLAGS.canonicalize)
+    model = MeasuredCostModel(batch_size=FLAGS.batch_size)
+    measured_ms = analytic_ms = 0.0
+    for exp in exported.values():
+        measured_ms += sum(model.costs(exp))
+        analytic_ms += sum(analytic.costs(exp, FLAGS.batch_size, model.profile))
+    failed = sum(1 for k in model.used if model.entries[k]["ms"] is None)
+    print(f"calibrate {src}: {len(model.used)} distinct ops at batch size {FLAGS.batch_size} over "
+          f"{len(exported)} signature(s): {model.timed} timed now, {len(model.used) - model.timed} already cached, "
+          f"{failed} not runnable (analytic fallback); sum of op costs {measured_ms:.3f} ms measured vs "
+          f"{analytic_ms:.3f} ms analytic ({model.profile.name}); cache {model.cache_path}; "
+          f"{time.perf_counter() - t0:.1f} s")
+    return 0

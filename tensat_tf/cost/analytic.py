@@ -1,0 +1,311 @@
+"""Analytic per-e-node cost (milliseconds): a roofline per op plus a fixed per-op overhead.
+
+    cost = max(FLOPs / peak_flops, bytes_moved / bandwidth) + overhead
+
+The optimizer only needs a cost that ranks alternatives correctly, so the model counts what separates rewrites:
+arithmetic for matmuls and convolutions, memory traffic for everything else, and one overhead per op (which is what
+makes merging two small matmuls into one worthwhile). Extraction sums these per chosen e-node (DAG cost).
+
+Conventions
+  - Shapes come from the exported `shape` analysis. An unknown dimension (-1) is evaluated at `batch_size` when it is
+    dimension 0 (the batch dimension of every zoo and Keras model) and at 1 anywhere else (sequence lengths and
+    spatial sizes left open are rare, and 1 keeps the estimate finite and monotone in the known dims).
+  - Element size is 4 bytes (float32): the exported e-graph carries no dtypes, and float32 is what every model of the
+    zoo computes in. Ranking between rewrites of the same tensors does not depend on this.
+  - A node without usable shapes costs the overhead alone, so an odd class never stops extraction.
+  - Structural nodes (Input, Weight, Out, Ctl, TNil, TCons) cost 0; an opaque `Op` costs one overhead: it is the
+    only node of its class, so any constant ranks the same, and the overhead keeps totals comparable to measurements.
+  - A typed node whose tensor children are all constant classes costs 0: the emitter folds weight-only subgraphs into
+    new constants (DESIGN.md, Leaves), so such a node never runs at serving time.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Optional, Sequence
+
+from tensat_tf import ops
+from tensat_tf.egraph.data import EGraphData
+from tensat_tf.egraph.export import Exported
+
+Shape = tuple[int, ...]
+
+STRUCTURAL_FREE = frozenset({"Input", "Weight", "Out", "Ctl", "TNil", "TCons"})
+DTYPE_BYTES = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class DeviceProfile:
+    """Constants of one device class. Only ratios matter for ranking; absolute values make reports readable.
+
+    op_overhead_us is the fixed cost of one op (executor dispatch, output allocation, kernel setup);
+    overhead_us_by_term overrides it for ops whose fixed cost differs a lot: vendor-library kernels (oneDNN / cuDNN
+    primitive lookup for convolutions and pools) cost more, a metadata-only Reshape less. flops_per_element_by_term
+    gives the FLOP equivalent of one element of ops that are compute-bound although elementwise (tanh, sigmoid);
+    other elementwise ops count 1. strided_copy_efficiency is the fraction of bandwidth_gbs a Transpose reaches;
+    broadcast_efficiency the fraction a binary elementwise op reaches when it broadcasts a non-scalar operand (a
+    per-channel scale or bias), which is what folding batch norms into convolutions removes.
+    The per-term tables are tuples of (term, value) pairs so that a profile stays hashable.
+    """
+    name: str
+    peak_gflops: float
+    bandwidth_gbs: float
+    op_overhead_us: float
+    overhead_us_by_term: tuple[tuple[str, float], ...] = ()
+    flops_per_element_by_term: tuple[tuple[str, float], ...] = (("Tanh", 20.0), ("Sigmoid", 20.0))
+    strided_copy_efficiency: float = 1.0
+    broadcast_efficiency: float = 1.0
+
+    def overhead_ms(self, term: str) -> float:
+        return dict(self.overhead_us_by_term).get(term, self.op_overhead_us) * 1e-3
+
+    def flops_per_element(self, term: str) -> float:
+        return dict(self.flops_per_element_by_term).get(term, 1.0)
+
+
+# CPU: the 2-vCPU AMD EPYC (Zen 4, AVX-512, 2 MB L2 per core, 32 MB L3) KVM test VM, TF 2.21 with oneDNN on, ONE
+# intra-op and ONE inter-op thread (how every benchmark of the project runs; research/tf.md §5.1). Fitted to
+# tensat_tf.cost.measured.time_in_worker (R copies of the op in one Session, Grappler off, fastest of 5 rounds x 2
+# passes of time(R copies) - time(inputs only), divided by R), float32, on the VM while other jobs shared it:
+#   peak_gflops 110: MatMul 512x768x768 114 GFLOP/s, 256x1024x1024 104, Mx256x256 101-113 for M = 4..256,
+#     Conv2D 1x56x56x64 3x3->64 116, BatchMatMulV2 12x128x64x64 108 (research/tf.md §5.2: 105-112). Small inner
+#     sizes do worse (Mx64x64: 65-100), so matmuls under ~1 MFLOP are under-estimated by up to 2x.
+#   bandwidth_gbs 90: Relu / AddV2 / Mul on 64k-1M floats (0.5-12 MB per op, cache-resident) move 85-97 GB/s.
+#     Working sets beyond the 32 MB L3 drop to 34-47 GB/s (AddV2 / Relu on 4M floats); batch-1 activations of the
+#     zoo models stay under that, so one number is kept.
+#   op_overhead_us 0.3: Relu, AddV2, Mul, BiasAdd, Tanh, ConcatV2, Split, MatMul on <= 128 floats take 0.2-0.6 us.
+#   overhead_us_by_term: the same tiny-input measurement where an op's fixed cost stands out: Reshape 0.1 (no
+#     kernel work: TF forwards the buffer), MatMul 0.5 (1x16x16 to 1x64x64), BatchMatMulV2 2.8, AvgPool 2.8,
+#     Transpose 3.7, MaxPool 4.7, Conv2D 5.5, DepthwiseConv2dNative 8.3 (oneDNN primitive lookup and layout
+#     checks, Eigen shuffle setup).
+#   flops_per_element_by_term: Tanh takes 330 us on 1M floats (35 FLOP-equivalents per element at 110 GFLOP/s),
+#     Sigmoid 614 us (64); Relu of the same size 87 us (bandwidth-bound).
+#   strided_copy_efficiency 0.5: Transpose 1024x1024 reaches 30 GB/s, [0,2,1,3] on 8x128x12x64 73 GB/s.
+#   broadcast_efficiency 0.3: AddV2 / Mul / BiasAdd of a per-channel vector onto NHWC activations reach 20 GB/s with
+#     16 channels, 29 with 32, 43 with 1024 (a scalar operand streams at full speed).
+# Large ops land within ~30 % of their measurement; sub-microsecond ops are as noisy as that between runs. The
+# measurements ran while other jobs shared the VM (fastest rounds kept); BENCHMARKS.md has whole-model sums.
+# `tensat_tf calibrate MODEL` prints the measured and the analytic sum of a model's op costs side by side.
+CPU = DeviceProfile(
+    "cpu", peak_gflops=110.0, bandwidth_gbs=90.0, op_overhead_us=0.3,
+    overhead_us_by_term=(("Reshape", 0.1), ("MatMul", 0.5), ("BatchMatMulV2", 2.8), ("AvgPool", 2.8),
+                         ("Transpose", 3.7), ("MaxPool", 4.7), ("Conv2D", 5.5), ("DepthwiseConv2dNative", 8.3)),
+    flops_per_element_by_term=(("Tanh", 35.0), ("Sigmoid", 64.0)),
+    strided_copy_efficiency=0.5, broadcast_efficiency=0.3)
+
+# GPU profiles: peak and bandwidth from the vendor datasheets, dense FP32 without tensor cores (the graphs are
+# float32): NVIDIA T4 datasheet, 8.1 TFLOPS FP32 and 320 GB/s GDDR6; NVIDIA H100 SXM5 datasheet, 67 TFLOPS FP32
+# and 3.35 TB/s HBM3. The overheads are NOT measured (no GPU in this project's runs): op_overhead_us 5 stands for a
+# CUDA kernel launch (a few us) plus TF's GPU executor bookkeeping; convolutions and matmuls get more for cuDNN /
+# cuBLAS algorithm selection and workspace; Reshape launches no kernel. Tanh / sigmoid count 8 FLOPs per element
+# (special-function units run at a fraction of the FP32 rate; an estimate). Small ops are therefore overhead-bound
+# on GPUs, which is the property that matters for ranking (merging small ops pays off more than on CPU).
+_GPU_OVERHEADS = (("Reshape", 1.0), ("MatMul", 8.0), ("BatchMatMulV2", 8.0), ("Conv2D", 10.0),
+                  ("DepthwiseConv2dNative", 10.0))
+GPU_T4 = DeviceProfile("gpu-t4", peak_gflops=8100.0, bandwidth_gbs=320.0, op_overhead_us=5.0,
+                       overhead_us_by_term=_GPU_OVERHEADS, flops_per_element_by_term=(("Tanh", 8.0), ("Sigmoid", 8.0)),
+                       strided_copy_efficiency=0.5)
+GPU_H100 = DeviceProfile("gpu-h100", peak_gflops=67000.0, bandwidth_gbs=3350.0, op_overhead_us=5.0,
+                         overhead_us_by_term=_GPU_OVERHEADS,
+                         flops_per_element_by_term=(("Tanh", 8.0), ("Sigmoid", 8.0)), strided_copy_efficiency=0.5)
+GPU = GPU_T4
+
+PROFILES = {p.name: p for p in (CPU, GPU_T4, GPU_H100)} | {"gpu": GPU}
+
+
+def profile_named(name_or_profile) -> DeviceProfile:
+    if isinstance(name_or_profile, DeviceProfile):
+        return name_or_profile
+    try:
+        return PROFILES[name_or_profile]
+    except KeyError:
+        raise ValueError(f"unknown device profile {name_or_profile!r}; known: {', '.join(sorted(PROFILES))}") from None
+
+
+# ---------------------------------------------------------------------------------------------- shapes
+def concrete(shape: Optional[Sequence[int]], batch_size: int) -> Optional[Shape]:
+    """Unknown dims resolved: dimension 0 -> batch_size, any other -> 1 (see the module docstring)."""
+    if shape is None:
+        return None
+    return tuple(d if d >= 0 else (batch_size if i == 0 else 1) for i, d in enumerate(shape))
+
+
+def numel(shape: Sequence[int]) -> int:
+    return math.prod(shape)
+
+
+def node_shapes(exp: Exported, node_index: int, batch_size: int) -> tuple[Optional[list[Shape]], Optional[Shape]]:
+    """(input shapes, output shape) of a typed e-node, unknown dims resolved; None where a shape is missing.
+
+    For tuple-output ops (Split, SplitV, FusedBatchNormV3) the class is a TTuple without a shape, so the output shape
+    is the shape of the first input (the data tensor).
+    """
+    node = exp.egraph.nodes[node_index]
+    ins = [concrete(exp.shapes.get(c), batch_size) for c in node.children]
+    in_shapes = None if any(s is None for s in ins) else ins
+    out = concrete(exp.shapes.get(node.eclass), batch_size)
+    if out is None and exp.sorts[node.eclass] == "TTuple" and ins and ins[0] is not None:
+        out = ins[0]
+    return in_shapes, out
+
+
+# ---------------------------------------------------------------------------------------------- constants
+def constant_classes(egraph: EGraphData) -> set[int]:
+    """Classes whose value is known before serving: a Weight, or a typed op on constant classes only (fixpoint).
+
+    `Out` of a constant tuple class is constant too: a Split of a weight is weight-only, and the emitter folds
+    weight-only subgraphs whole. Opaque `Op` nodes never make a class constant (they may be stateful or random).
+    """
+    const: set[int] = set()
+    readers: dict[int, list[int]] = {}
+    candidates = []
+    for i, n in enumerate(egraph.nodes):
+        if n.op == "Weight":
+            const.add(n.eclass)
+        elif n.op == "Out" or n.op not in ops.STRUCTURAL:
+            candidates.append(i)
+            for c in set(n.children):
+                readers.setdefault(c, []).append(i)
+    # worklist: a node is re-checked only when one of its children became constant
+    work = [i for i in candidates if all(c in const for c in egraph.nodes[i].children)]
+    while work:
+        i = work.pop()
+        n = egraph.nodes[i]
+        if n.eclass in const or not all(c in const for c in n.children):
+            continue
+        const.add(n.eclass)
+        work.extend(readers.get(n.eclass, ()))
+    return const
+
+
+def is_folded(node, const: set[int]) -> bool:
+    """A typed e-node that the emitter turns into a constant (all tensor children constant)."""
+    return node.op not in STRUCTURAL_FREE and node.op != "Op" and all(c in const for c in node.children)
+
+
+# ---------------------------------------------------------------------------------------------- per op
+def _literals(term: str, payload) -> dict:
+    spec = ops.BY_TERM.get(term)
+    if spec is None or payload is None:
+        return {}
+    return dict(zip((n for n, _ in spec.literals), payload))
+
+
+def _spatial(size: int, k: int, stride: int, dilation: int, padding: str) -> int:
+    if padding == "SAME":
+        return -(-size // stride)
+    return max(0, (size - dilation * (k - 1) - 1) // stride + 1)
+
+
+def _conv_out(x: Shape, w: Shape, lit: dict, channels: int) -> Shape:
+    s, d, pad = lit.get("strides", (1, 1, 1, 1)), lit.get("dilations", (1, 1, 1, 1)), lit.get("padding", "SAME")
+    return (x[0], _spatial(x[1], w[0], s[1], d[1], pad), _spatial(x[2], w[1], s[2], d[2], pad), channels)
+
+
+def flops_and_bytes(term: str, payload, in_shapes: Sequence[Shape], out_shape: Optional[Shape]) -> tuple[float, float]:
+    """(FLOPs, bytes moved) of one op at concrete shapes. Bytes count every input read and every output written."""
+    lit = _literals(term, payload)
+    ins = [tuple(s) for s in in_shapes]
+    n_in = sum(numel(s) for s in ins)
+    if term == "MatMul":
+        a, b = ins
+        m, k = (a[1], a[0]) if lit.get("transpose_a") else (a[0], a[1])
+        n = b[0] if lit.get("transpose_b") else b[1]
+        return 2.0 * m * n * k, DTYPE_BYTES * (n_in + m * n)
+    if term == "BatchMatMulV2":
+        a, b = ins
+        m, k = (a[-1], a[-2]) if lit.get("adj_x") else (a[-2], a[-1])
+        n = b[-2] if lit.get("adj_y") else b[-1]
+        rank = max(len(a), len(b))
+        pa, pb = (1,) * (rank - len(a)) + a[:-2], (1,) * (rank - len(b)) + b[:-2]
+        batch = math.prod(max(x, y) for x, y in zip(pa, pb))
+        return 2.0 * batch * m * n * k, DTYPE_BYTES * (n_in + batch * m * n)
+    if term in ("Conv2D", "DepthwiseConv2dNative"):
+        x, w = ins
+        channels = w[3] if term == "Conv2D" else w[2] * w[3]
+        out = out_shape if out_shape is not None and len(out_shape) == 4 else _conv_out(x, w, lit, channels)
+        # Conv2D: every output element is a KH*KW*Cin dot product; depthwise: a KH*KW one per (channel, multiplier)
+        per_out = w[0] * w[1] * (w[2] if term == "Conv2D" else 1)
+        return 2.0 * numel(out) * per_out, DTYPE_BYTES * (n_in + numel(out))
+    if term in ("MaxPool", "AvgPool"):
+        x = ins[0]
+        ks, st, pad = lit.get("ksize", (1, 1, 1, 1)), lit.get("strides", (1, 1, 1, 1)), lit.get("padding", "VALID")
+        out = out_shape if out_shape is not None else (
+            x[0], _spatial(x[1], ks[1], st[1], 1, pad), _spatial(x[2], ks[2], st[2], 1, pad), x[3])
+        return float(numel(out) * ks[1] * ks[2]), DTYPE_BYTES * (numel(x) + numel(out))
+    if term == "FusedBatchNormV3":
+        # inference form: y = x * scale' + offset' per channel (2 FLOPs), plus the tiny per-channel vectors
+        x = ins[0]
+        return 2.0 * numel(x), DTYPE_BYTES * (n_in + numel(x))
+    if term == "Reshape":
+        return 0.0, 0.0                       # metadata only: TF forwards the buffer
+    if term == "ConcatV2":
+        out = numel(out_shape) if out_shape is not None else n_in
+        return 0.0, DTYPE_BYTES * (n_in + out)
+    if term in ("Split", "SplitV"):
+        # Along dimension 0 TF hands out slices of the input buffer (split_op.cc's aligned first-dimension case:
+        # 2048x64 split on axis 0 takes 0.3 us, on axis 1 21 us); along any other axis every element is copied.
+        return 0.0, 0.0 if lit.get("axis") == 0 else DTYPE_BYTES * 2 * n_in
+    if term == "Transpose":
+        # TF forwards the buffer when the dims larger than 1 keep their order (transpose_op.cc: a reshape)
+        x, perm = ins[0], lit.get("perm", ())
+        moved = [p for p in perm if x[p] != 1]
+        return 0.0, 0.0 if moved == sorted(moved) else DTYPE_BYTES * 2 * n_in
+    out = numel(out_shape) if out_shape is not None else max((numel(s) for s in ins), default=0)
+    # elementwise (AddV2, Mul, Sub, BiasAdd, Relu, ReluSix, Sigmoid, Tanh) and any typed op this model does not
+    # know yet: one FLOP per output element (node_cost scales it by the profile's flops_per_element), every input
+    # read once and the output written once
+    return float(out), DTYPE_BYTES * (n_in + out)
+
+
+def node_cost(term: str, payload, in_shapes: Optional[Sequence[Shape]], out_shape: Optional[Shape],
+              batch_size: int = 1, profile: DeviceProfile = CPU) -> float:
+    """Cost in ms of one typed op (or structural node). Shapes may hold -1 (resolved with batch_size) or be None."""
+    if term in STRUCTURAL_FREE:
+        return 0.0
+    if term == "Op" or in_shapes is None:
+        return profile.overhead_ms(term)
+    ins = [concrete(s, batch_size) for s in in_shapes]
+    out = concrete(out_shape, batch_size)
+    try:
+        flops, nbytes = flops_and_bytes(term, payload, ins, out)
+    except (ValueError, IndexError, TypeError):      # a shape that does not fit the op (rank mismatch): no estimate
+        return profile.overhead_ms(term)
+    if term == "Transpose" and nbytes == 0:
+        return profile.overhead_ms("Reshape")        # a transpose that moves only size-1 dims is a reshape in TF
+    flops *= profile.flops_per_element(term)
+    bandwidth = profile.bandwidth_gbs
+    if term == "Transpose":
+        bandwidth *= profile.strided_copy_efficiency
+    elif term in _BINARY_ELEMENTWISE and _broadcasts_vector(ins):
+        bandwidth *= profile.broadcast_efficiency
+    compute_ms = flops / (profile.peak_gflops * 1e6)
+    memory_ms = nbytes / (bandwidth * 1e6)
+    return max(compute_ms, memory_ms) + profile.overhead_ms(term)
+
+
+_BINARY_ELEMENTWISE = frozenset({"AddV2", "Mul", "Sub", "BiasAdd"})
+
+
+def _broadcasts_vector(ins: Sequence[Shape]) -> bool:
+    """One operand is neither a scalar (numel 1) nor full size: a per-channel (or per-row) vector is broadcast."""
+    sizes = [numel(s) for s in ins]
+    return any(1 < n < max(sizes) for n in sizes)
+
+
+def costs(exp: Exported, batch_size: int = 1, profile: DeviceProfile = CPU) -> list[float]:
+    """One cost (ms) per e-node of exp.egraph, index-aligned with exp.egraph.nodes."""
+    profile = profile_named(profile)
+    const = constant_classes(exp.egraph)
+    out = []
+    for i, n in enumerate(exp.egraph.nodes):
+        if n.op in STRUCTURAL_FREE or is_folded(n, const):
+            out.append(0.0)
+            continue
+        if n.op == "Op":
+            out.append(profile.overhead_ms("Op"))
+            continue
+        in_shapes, out_shape = node_shapes(exp, i, batch_size)
+        out.append(node_cost(n.op, n.payload, in_shapes, out_shape, batch_size, profile))
+    return out
+
