@@ -1,21 +1,46 @@
-"""The e-graph pass: GraphDef -> egglog terms -> (saturate) -> export -> choose -> GraphDef.
+"""The e-graph pass: GraphDef -> egglog terms -> saturate -> export -> cycle filter -> cost -> extract -> GraphDef.
 
-Saturation and rules arrive with the rule-set issue; with no rules the e-graph holds exactly the input graph and the
-chosen e-nodes are the original ones, so the pass reproduces its (canonical) input.
+Grappler's contract: `optimize(graph_def, item) -> graph_def`; feeds, fetches and preserved nodes stay (they are
+opaque roots of the e-graph). The pass never returns something worse than its input by its own cost model: when the
+extracted graph's predicted cost is not below the original's, or extraction finds nothing, it returns the input
+graph unchanged (and says why in its stats).
 """
 from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Optional
+from collections import Counter
+from typing import Optional, Sequence
 
+from tensat_tf import cost as cost_mod
+from tensat_tf import rules as rules_mod
+from tensat_tf.egraph import cycles
 from tensat_tf.egraph import emit as emit_mod
 from tensat_tf.egraph import export as export_mod
 from tensat_tf.egraph import ingest as ingest_mod
 from tensat_tf.egraph import language
+from tensat_tf.egraph.data import EGraphData
+from tensat_tf.egraph.saturate import Budget, saturate
+from tensat_tf.extract import NoExtraction, dag, extract
 from tensat_tf.item import GrapplerItem
+from tensat_tf.rules.compile import constructor_sorts
+from tensat_tf.rules.syntax import is_var
 
 NAME = name = "tensat"
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineOptions:
+    enable_rules: Optional[Sequence[str]] = None       # names or families; None: rules.DEFAULT_FAMILIES
+    disable_rules: Sequence[str] = ()
+    rules_files: Sequence[str] = ()
+    budget: Budget = Budget()
+    method: str = "ilp"                                # ilp | greedy
+    ilp_seconds: float = 10.0
+    solver: str = "auto"
+    cost_model: str = "analytic"                       # analytic | measured
+    batch_size: int = 1
+    min_gain: float = 0.0                              # relative predicted gain needed to take the rewritten graph
 
 
 @dataclasses.dataclass
@@ -26,19 +51,72 @@ class TensatStats:
     eclasses: int = 0
     iterations: int = 0
     stop_reason: str = "no_rules"
-    extraction_method: str = "original"
-    extraction_status: str = "optimal"
+    saturation: dict = dataclasses.field(default_factory=dict)
+    blacklisted: int = 0
+    extraction: dict = dataclasses.field(default_factory=dict)
+    rules_applied: dict = dataclasses.field(default_factory=dict)
+    kept_input: str = ""                               # why the input graph was returned unchanged ("" if not)
     timing_s: dict = dataclasses.field(default_factory=dict)
+
+    @property
+    def extraction_method(self) -> str:
+        return self.extraction.get("method", "original")
+
+    @property
+    def extraction_status(self) -> str:
+        return self.extraction.get("status", "optimal")
+
+
+def _matches(g: EGraphData, choice: dict, pattern, c: int, depth: int = 4) -> bool:
+    """Does the chosen sub-graph at class c have the shape of a rule's right side (heads and plain literals)?"""
+    if is_var(pattern) or depth == 0:
+        return True
+    if not isinstance(pattern, list):
+        return False
+    n = g.nodes[choice[c]] if c in choice else None
+    if n is None or n.op != pattern[0]:
+        return False
+    sorts = constructor_sorts(pattern[0]) or []
+    lits = iter(n.payload or ())
+    kids = iter(n.children)
+    for arg, sort in zip(pattern[1:], sorts):
+        if sort in ("Tensor", "TTuple", "TList"):
+            if not _matches(g, choice, arg, next(kids), depth - 1):
+                return False
+        else:
+            value = next(lits, None)
+            if isinstance(arg, int) and arg != value:
+                return False
+    return True
+
+
+def rules_applied(g: EGraphData, exp, choice: dict, original: dict, ruleset) -> dict:
+    """rule name -> number of chosen classes whose chosen e-node is not the original one and which the rule rewrote
+    into; when several rules rewrote into a class, the first (in rule order) whose right side has the shape of the
+    chosen sub-graph gets it."""
+    order = {r.name: k for k, r in enumerate(ruleset.rules)}
+    counts: Counter = Counter()
+    for c, i in sorted(choice.items()):
+        if original.get(c) == i or c not in exp.made:
+            continue
+        names = sorted(exp.made[c], key=lambda n: (order.get(n, len(order)), n))
+        fitting = [n for n in names if n in order
+                   and any(_matches(g, choice, t, c) for t in ruleset.by_name(n).targets)]
+        counts[(fitting or names)[0]] += 1
+    return dict(sorted(counts.items()))
 
 
 class TensatPass:
     name = NAME
 
-    def __init__(self):
+    def __init__(self, options: EngineOptions = EngineOptions()):
+        self.options = options
         self.stats: Optional[TensatStats] = None
+        self.ruleset = rules_mod.select(options.enable_rules, options.disable_rules, options.rules_files)
 
     def optimize(self, graph_def, item: GrapplerItem):
-        stats = TensatStats()
+        o = self.options
+        stats = self.stats = TensatStats()
         t = time.perf_counter()
 
         def lap(stage):
@@ -50,16 +128,50 @@ class TensatPass:
         ing = ingest_mod.ingest(graph_def, item)
         eg = language.new_egraph()
         ingest_mod.load(eg, ing)
-        lap("ingest")
-        exp = export_mod.export(eg, ing.roots)
-        lap("export")
-        choice = emit_mod.original_choice(ing, exp)
-        lap("extract")
-        out = emit_mod.emit(ing, exp, choice)
-        lap("emit")
         stats.typed_nodes, stats.opaque_nodes = len(ing.typed), len(ing.opaque)
-        stats.enodes, stats.eclasses = exp.egraph.num_nodes, exp.egraph.num_classes
-        self.stats = stats
+        lap("ingest")
+        sat = saturate(eg, self.ruleset, o.budget)
+        stats.saturation = sat.to_json()
+        stats.iterations, stats.stop_reason = len(sat.iterations), sat.stop_reason.value
+        lap("saturate")
+        exp = export_mod.export(eg, ing.roots)
+        del eg
+        g = exp.egraph
+        stats.enodes, stats.eclasses = g.num_nodes, g.num_classes
+        lap("export")
+        original = emit_mod.original_nodes(ing, exp)
+        orig_choice = emit_mod.original_choice(ing, exp)
+        black = cycles.cycle_blacklist(g, set(original.values()))
+        stats.blacklisted = len(black)
+        lap("cycles")
+        model = cost_mod.get_model(o.cost_model, batch_size=o.batch_size)
+        g = EGraphData(g.with_costs(model.costs(exp)).nodes, g.classes, g.roots, black)
+        lap("cost")
+        cost_before = dag.dag_cost(g, orig_choice)
+        ex = {"method": o.method, "cost_before": round(cost_before, 6)}
+        if sat.stop_reason.value == "no_rules":
+            ex.update(method="original", status="optimal", cost_after=ex["cost_before"])
+            stats.extraction = ex
+            stats.kept_input = "no rules"
+            return graph_def
+        try:
+            res = extract(g, o.method, o.ilp_seconds, o.solver)
+        except NoExtraction as e:
+            ex.update(status="fallback", cost_after=ex["cost_before"], error=str(e))
+            stats.extraction = ex
+            stats.kept_input = "no acyclic extraction"
+            return graph_def
+        ex.update(status=res.status, cost_after=round(res.dag_cost, 6), greedy_cost=res.greedy_dag_cost,
+                  gap=res.gap, solver=res.solver, seconds=round(res.seconds, 4), acyclic=res.acyclic)
+        stats.extraction = ex
+        lap("extract")
+        if not res.dag_cost < cost_before * (1.0 - o.min_gain):
+            stats.kept_input = "extracted graph is not predicted faster"
+            ex["cost_after"] = ex["cost_before"]
+            return graph_def
+        stats.rules_applied = rules_applied(g, exp, res.choice, original, self.ruleset)
+        out = emit_mod.emit(ing, exp, res.choice)
+        lap("emit")
         return out
 
 

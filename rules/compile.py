@@ -18,7 +18,7 @@ from tensat_tf.rules.syntax import Rule, RuleSyntaxError, Sexp, is_var, to_text,
 
 # Argument sorts of the structural constructors (see tensat_tf.egraph.language).
 _STRUCTURAL_SORTS = {
-    "Input": ["String"], "Weight": ["i64"], "Op": ["String", "TList"], "Out": ["TTuple", "i64"],
+    "Input": ["String"], "Weight": ["i64"], "FConst": ["f64"], "Op": ["String", "TList"], "Out": ["TTuple", "i64"],
     "Ctl": ["TTuple"], "TNil": [], "TCons": ["Tensor", "TList"],
 }
 
@@ -125,6 +125,7 @@ def compile_rule(rule: Rule) -> str:
     facts += [f"(= {ctx.s(v)} (shape {ctx.v(v)}))" for v, s in sorts.items() if s == "Tensor"]
     facts += [ctx.fact(g) for g in rule.guards]
     actions = [f"(union {r} {ctx.expr(dst)})" for r, dst in zip(roots, rule.targets)]
+    actions += [f'(Made {r} "{rule.name}")' for r in roots]
     rs = ruleset_name(rule.name)
     return (f"(ruleset {rs})\n(rule ({' '.join(facts)})\n      ({' '.join(actions)})\n"
             f"      :ruleset {rs} :name \"{rule.name}\")")

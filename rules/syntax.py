@@ -31,7 +31,7 @@ Every tensor variable of a left side must have a known rank (a shape in the anal
 
 Tests: `:test BINDING` (repeatable) gives shapes for which the rule must fire; `:reject BINDING` shapes (or weight
 flags) for which it must not. A binding is a list of `(?x d0 d1 ...)` (an input tensor), `(?x :weight d0 ...)`
-(a weight) or `(?x :lit VALUE)` (a literal variable). A dimension -1 is unknown (as in the analysis): only in
+(a weight) or `(?x :lit VALUE)` (a literal variable); `:positive` after the name draws values in (0.5, 1.5). A dimension -1 is unknown (as in the analysis): only in
 `:reject` bindings, to show that a guard does not take two unknown dims for equal ones. Every rule with guards needs
 at least one `:reject`.
 """
@@ -73,7 +73,12 @@ def parse_sexps(text: str, origin: str = "<rules>") -> list[Sexp]:
         elif string:
             stack[-1].append(string)
         else:
-            stack[-1].append(int(atom) if re.fullmatch(r"-?\d+", atom) else atom)
+            if re.fullmatch(r"-?\d+", atom):
+                stack[-1].append(int(atom))
+            elif re.fullmatch(r"-?\d+\.\d*(e-?\d+)?|-?\d+e-?\d+", atom):
+                stack[-1].append(float(atom))
+            else:
+                stack[-1].append(atom)
     if len(stack) != 1:
         raise RuleSyntaxError(f"{origin}: unbalanced '('")
     return stack[0]
@@ -110,10 +115,11 @@ class Binding:
     shapes: dict            # var -> tuple of dims
     weights: frozenset      # vars that are weights
     literals: dict          # var -> literal value (int, str, tuple)
+    positive: frozenset = frozenset()   # vars whose random values must be > 0 (a variance under a square root)
 
     @classmethod
     def parse(cls, items: list, origin: str) -> "Binding":
-        shapes, weights, lits = {}, set(), {}
+        shapes, weights, lits, positive = {}, set(), {}, set()
         for it in items:
             if not isinstance(it, list) or not it or not is_var(it[0]):
                 raise RuleSyntaxError(f"{origin}: bad test binding {to_text(it)}")
@@ -126,13 +132,13 @@ class Binding:
                     v = v[1:-1]
                 lits[var] = v
                 continue
-            if rest and rest[0] == ":weight":
-                weights.add(var)
+            while rest and rest[0] in (":weight", ":positive"):
+                (weights if rest[0] == ":weight" else positive).add(var)
                 rest = rest[1:]
             if not all(isinstance(d, int) and (d > 0 or d == -1) for d in rest):
                 raise RuleSyntaxError(f"{origin}: bad shape for {var}: {to_text(it)}")
             shapes[var] = tuple(rest)
-        return cls(shapes, frozenset(weights), lits)
+        return cls(shapes, frozenset(weights), lits, frozenset(positive))
 
 
 @dataclasses.dataclass(frozen=True)

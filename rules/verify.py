@@ -57,7 +57,7 @@ def eval_expr(e, shapes: dict, lits: dict):
         if e in lits:
             return lits[e]
         raise VerifyError(f"{e} has no literal value in the binding")
-    if isinstance(e, int):
+    if isinstance(e, (int, float)):
         return e
     if isinstance(e, str):
         return e[1:-1] if e.startswith('"') else e
@@ -102,6 +102,8 @@ def _lit_text(v) -> str:
         return str(int(v))
     if isinstance(v, int):
         return str(v)
+    if isinstance(v, float):
+        return repr(v)
     if isinstance(v, str):
         return f'"{v}"'
     return "(vec-of " + " ".join(str(int(x)) for x in v) + ")"
@@ -184,6 +186,11 @@ def evaluate(trees: list, values: dict) -> list[np.ndarray]:
             tup = emit(t.kids[0])
             names[t] = f"{tup}:{t.lits[0]}" if t.lits[0] else tup
             return names[t]
+        if t.head == "FConst":
+            counter[0] += 1
+            gd.node.append(nodedef.scalar_const(f"n{counter[0]}", t.lits[0], dtype))
+            names[t] = f"n{counter[0]}"
+            return names[t]
         spec = ops.BY_TERM[t.head]
         ins = [emit(k) for k in t.kids]
         counter[0] += 1
@@ -226,7 +233,8 @@ def check(rule: Rule, seed: int = 0) -> CheckResult:
         fired, lhs, rhs = fires(rule, b)
         if not fired:
             raise VerifyError(f"{rule.name}: did not fire on test {_show(b)}")
-        values = {v: rng.uniform(-1, 1, s).astype(np.float32) for v, s in sorted(b.shapes.items())}
+        values = {v: (rng.uniform(0.5, 1.5, s) if v in b.positive else rng.uniform(-1, 1, s)).astype(np.float32)
+                  for v, s in sorted(b.shapes.items())}
         results = evaluate(lhs + rhs, values)
         n = len(lhs)
         for k in range(n):

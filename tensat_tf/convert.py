@@ -17,7 +17,7 @@ from tensat_tf import verify as verify_mod
 from tensat_tf.io import load as load_mod
 from tensat_tf.io import save as save_mod
 from tensat_tf.passes import canonicalize, pipeline
-from tensat_tf.passes.tensat import TensatPass
+from tensat_tf.passes.tensat import EngineOptions, TensatPass
 
 
 @dataclasses.dataclass
@@ -30,6 +30,7 @@ class Options:
     rtol: Optional[float] = None
     min_variable_elements: int = 1024
     tags: Sequence[str] = ("serve",)
+    engine: EngineOptions = EngineOptions()
 
 
 def _ops(graph_def) -> dict[str, int]:
@@ -63,7 +64,7 @@ def convert(src: str, output_dir: str, options: Options = Options()) -> dict:
     report = {"source": src, "output_dir": output_dir, "signatures": {}, "skipped_signatures": model.skipped}
     graphs = {}
     for name, sig in sorted(model.signatures.items()):
-        tensat_pass = TensatPass()
+        tensat_pass = TensatPass(options.engine)
         passes = ([canonicalize] if options.canonicalize else []) + [tensat_pass]
         out, results = pipeline.run(sig.graph_def, sig.item, passes)
         for r in results:
@@ -81,11 +82,10 @@ def convert(src: str, output_dir: str, options: Options = Options()) -> dict:
             "egraph": None if stats is None else {
                 "enodes": stats.enodes, "eclasses": stats.eclasses, "iterations": stats.iterations,
                 "stop_reason": stats.stop_reason, "typed_nodes": stats.typed_nodes,
-                "opaque_nodes": stats.opaque_nodes, "timing_s": stats.timing_s},
-            "extraction": None if stats is None else {
-                "method": stats.extraction_method, "status": stats.extraction_status,
-                "cost_before": None, "cost_after": None},
-            "rules_applied": {},
+                "opaque_nodes": stats.opaque_nodes, "cycle_blacklisted": stats.blacklisted,
+                "saturation": stats.saturation, "timing_s": stats.timing_s},
+            "extraction": None if stats is None else dict(stats.extraction, kept_input=stats.kept_input),
+            "rules_applied": {} if stats is None else stats.rules_applied,
         }
     t = time.perf_counter()
 

@@ -25,13 +25,13 @@ from typing import Callable, Optional
 # ---------------------------------------------------------------------------------------------- literal kinds
 # bool -> i64 (0/1), int -> i64, str -> String, ints -> IVec (egglog `(Vec i64)`)
 # pairs: an [n, 2] integer Const (Pad's paddings) flattened row-major into one vector
-LITERAL_SORT = {"bool": "i64", "int": "i64", "str": "String", "ints": "IVec", "pairs": "IVec"}
+LITERAL_SORT = {"bool": "i64", "int": "i64", "str": "String", "ints": "IVec", "pairs": "IVec", "float": "f64"}
 
 
 @dataclasses.dataclass(frozen=True)
 class Attr:
     name: str                 # TF attribute name
-    kind: str                 # bool | int | str | ints
+    kind: str                 # bool | int | str | ints | float
     default: object = None    # value used when the NodeDef omits the attribute (TF's registered default)
 
 
@@ -49,11 +49,13 @@ class OpSpec:
     attrs: tuple[Attr, ...] = ()
     const_inputs: tuple[ConstInput, ...] = ()
     n_tensor_inputs: int = 1
-    outputs: str = "one"                       # "one", or the name of the literal that gives the output count
+    outputs: str = "one"                       # "one", the name of the literal that gives the output count, or
+    #                                            "tuple" (a fixed number of outputs; rules read them through Out)
     shape_rules: tuple[str, ...] = ()          # egglog rule bodies (see _rule)
     accepts: Optional[Callable[[dict], bool]] = None   # extra check on the literal values (e.g. NHWC only)
     variadic: bool = False                     # ConcatV2: N inputs ingested as a right-nested binary chain
     index_type_attrs: tuple[str, ...] = ()     # type attrs of the folded Const inputs (emitted as int32)
+    same_type_attrs: tuple[str, ...] = ()      # type attrs equal to T (FusedBatchNormV3's U)
 
     @property
     def literals(self) -> tuple[tuple[str, str], ...]:
@@ -208,6 +210,7 @@ _SPECS = [
     # "Relu6" would be "Relu" plus digits: egglog 13.2 mints fresh names as <name><counter> and they can collide.
     OpSpec("Relu6", "ReluSix", shape_rules=_same_shape("ReluSix", 1)),
     OpSpec("Sigmoid", "Sigmoid", shape_rules=_same_shape("Sigmoid", 1)),
+    OpSpec("Rsqrt", "Rsqrt", shape_rules=_same_shape("Rsqrt", 1)),
     OpSpec("Tanh", "Tanh", shape_rules=_same_shape("Tanh", 1)),
     OpSpec("ConcatV2", "ConcatV2", const_inputs=(ConstInput(-1, "axis", "int"),), n_tensor_inputs=2, variadic=True,
            index_type_attrs=("Tidx",),
@@ -237,6 +240,13 @@ _SPECS = [
     # Pad: zero padding (TENSAT's `enlarge` of a conv kernel is a Pad of the smaller kernel)
     OpSpec("Pad", "Pad", const_inputs=(ConstInput(1, "paddings", "pairs"),), index_type_attrs=("Tpaddings",),
            shape_rules=_pad_rules()),
+    # inference-mode batch norm (is_training=False, NHWC): output 0 is y, the other five are statistics
+    OpSpec("FusedBatchNormV3", "FusedBatchNormV3",
+           (Attr("epsilon", "float", 0.0001), Attr("data_format", "str", "NHWC"), Attr("is_training", "bool", True)),
+           n_tensor_inputs=5, outputs="tuple", same_type_attrs=("U",),
+           accepts=lambda lit: lit["data_format"] == "NHWC" and not lit["is_training"],
+           shape_rules=(_rule("(= t (Out tt 0)) (= tt (FusedBatchNormV3 e f i x g b m v)) (= sx (shape x))",
+                              shape="sx"),)),
     OpSpec("MaxPool", "MaxPool", (Attr("ksize", "ints"), Attr("strides", "ints"), Attr("padding", "str")),
            accepts=_SAME_OR_VALID, shape_rules=_pool_rules("MaxPool")),
     OpSpec("AvgPool", "AvgPool", (Attr("ksize", "ints"), Attr("strides", "ints"), Attr("padding", "str")),
@@ -247,7 +257,7 @@ TABLE: dict[str, OpSpec] = {s.tf_op: s for s in _SPECS}
 BY_TERM: dict[str, OpSpec] = {s.term: s for s in _SPECS}
 
 # Constructors of the term language that are not TF ops.
-STRUCTURAL = ("Input", "Weight", "Op", "Out", "Ctl", "TNil", "TCons")
+STRUCTURAL = ("Input", "Weight", "FConst", "Op", "Out", "Ctl", "TNil", "TCons")
 
 
 def _check_names() -> None:

@@ -1,4 +1,4 @@
-"""End to end: every zoo model converts with no rules, verifies, and keeps its serving interface."""
+"""End to end: every zoo model converts with the default rules, verifies, and keeps its serving interface."""
 import os
 from collections import Counter
 
@@ -48,8 +48,11 @@ def check_conversion(name, tmp_path, max_rel=1e-5):
     for sig_name, sig in report["signatures"].items():
         tensat = [p for p in sig["passes"] if p["name"] == "tensat"][0]
         assert tensat["ok"], tensat["error"]
-        # with no rules the e-graph pass reproduces the canonical graph: same number of nodes
-        assert tensat["nodes_before"] == tensat["nodes_after"]
+        # the pass never returns a graph its cost model predicts slower; when it keeps its input, nothing changed
+        ex = sig["extraction"]
+        assert ex["cost_after"] <= ex["cost_before"]
+        if ex["kept_input"]:
+            assert tensat["nodes_before"] == tensat["nodes_after"]
         assert sig["egraph"]["enodes"] > 0
     # weights are variables in the output, shared by the signatures
     assert os.path.exists(os.path.join(out, "variables", "variables.index"))

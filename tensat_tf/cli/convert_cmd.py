@@ -8,6 +8,7 @@ import sys
 from absl import flags
 
 from tensat_tf import errors
+from tensat_tf.cli import engine_flags
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("output_dir", None, "Where the optimized SavedModel is published (must be absent or empty).")
@@ -29,6 +30,14 @@ def _table(report: dict) -> str:
         lines.append(f"signature {name}: nodes {s['nodes_before']} -> {s['nodes_after']}; "
                      f"verification max rel diff {s['verification']['max_rel_diff']:.2e} "
                      f"({'passed' if s['verification']['passed'] else 'FAILED'})")
+        eg, ex = s.get("egraph"), s.get("extraction")
+        if eg:
+            lines.append(f"  e-graph {eg['enodes']} e-nodes / {eg['eclasses']} e-classes after {eg['iterations']} "
+                         f"iterations ({eg['stop_reason']}); extraction {ex.get('method')} {ex.get('status')}, "
+                         f"predicted cost {ex.get('cost_before')} -> {ex.get('cost_after')} ms"
+                         + (f" (kept input: {ex['kept_input']})" if ex.get("kept_input") else ""))
+        if s.get("rules_applied"):
+            lines.append("  rules applied: " + ", ".join(f"{k} x{v}" for k, v in s["rules_applied"].items()))
         for p in s["passes"]:
             status = "ok" if p["ok"] else f"FAILED, input kept: {p['error'][:120]}"
             lines.append(f"  pass {p['name']:<13} {p['nodes_before']:>6} -> {p['nodes_after']:<6} "
@@ -60,7 +69,8 @@ def main(args: list[str]) -> int:
         raise errors.BadInput(f"--verify_batch_sizes must be integers: {FLAGS.verify_batch_sizes}") from None
     options = Options(signatures=FLAGS.signatures, overwrite=FLAGS.overwrite, canonicalize=FLAGS.canonicalize,
                       verify_batch_sizes=batch_sizes, seed=FLAGS.seed, rtol=FLAGS.rtol,
-                      min_variable_elements=FLAGS.min_variable_elements, tags=FLAGS.tags)
+                      min_variable_elements=FLAGS.min_variable_elements, tags=FLAGS.tags,
+                      engine=engine_flags.engine_options())
     report = convert(src, FLAGS.output_dir, options)
     report_path = FLAGS.report or os.path.abspath(FLAGS.output_dir).rstrip("/") + ".report.json"
     tmp = report_path + ".tmp"

@@ -1,14 +1,8 @@
 """`tensat_tf extract EGRAPH.json`: extraction alone on an egraph-serialize file; prints one JSON line."""
 from __future__ import annotations
 
-from absl import flags
-
 from tensat_tf import errors
-
-flags.DEFINE_enum("method", "ilp", ["greedy", "ilp"], "Extraction method.")
-flags.DEFINE_float("ilp_seconds", 10.0, "Hard wall-clock limit of the ILP solver.")
-flags.DEFINE_enum("solver", "auto", ["auto", "cbc", "highs"], "ILP solver.")
-FLAGS = flags.FLAGS
+from tensat_tf.cli.engine_flags import FLAGS   # --method, --ilp_seconds, --solver are the engine's flags
 
 
 def main(args: list[str]) -> int:

@@ -1,4 +1,4 @@
-"""`tensat_tf` command line: an absl app with subcommands (convert, extract).
+"""`tensat_tf` command line: an absl app with subcommands (convert, extract, calibrate).
 
 Exit codes (see tensat_tf.errors): 0 success; 1 usage; 10-16 bad input; 20 verification failed; 30 internal error.
 Errors are one line on stderr; a traceback only with --verbosity=1 or higher.
@@ -13,14 +13,18 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 from absl import app, flags, logging  # noqa: E402
 
-from tensat_tf.cli import convert_cmd, extract_cmd  # noqa: E402,F401  (registers their flags)
+from tensat_tf.cli import calibrate_cmd, convert_cmd, extract_cmd, rules_cmd  # noqa: E402,F401  (registers their flags)
 
-COMMANDS = {"convert": convert_cmd, "extract": extract_cmd}
+COMMANDS = {"convert": convert_cmd, "extract": extract_cmd, "calibrate": calibrate_cmd, "rules": rules_cmd}
 
 USAGE = """tensat_tf: TENSAT-style equality saturation for TensorFlow SavedModels.
 
   tensat_tf convert SAVED_MODEL_DIR|zoo:NAME --output_dir=OUT [--report=PATH] [--overwrite] [--signatures=a,b]
+        [--rules=...] [--iterations=15] [--node_limit=50000] [--saturation_seconds=60] [--k_multi=1]
+        [--method=ilp|greedy] [--ilp_seconds=10] [--cost_model=analytic|measured] [--batch_size=1]
   tensat_tf extract EGRAPH.json [--method=greedy|ilp] [--ilp_seconds=N] [--solver=auto|cbc|highs]
+  tensat_tf rules [--rules=...] [--disable_rules=...] [--rules_file=F]   (one line per rule)
+  tensat_tf calibrate SAVED_MODEL_DIR|zoo:NAME [--batch_size=N]   (times its ops into $TENSAT_TF_COST_CACHE)
 
 Flags may come from --flagfile=FILE. --helpfull lists every flag.
 """

@@ -15,11 +15,14 @@ from __future__ import annotations
 from collections import Counter
 from typing import Optional
 
+import networkx as nx
+import numpy as np
 import tensorflow as tf
 
 from tensat_tf import ops
 from tensat_tf.egraph import nodedef
 from tensat_tf.egraph.data import EGraphData
+from tensat_tf.extract.dag import reachable_classes
 from tensat_tf.egraph.export import Exported
 from tensat_tf.egraph.ingest import Ingested, TypedOrigin
 
@@ -39,6 +42,8 @@ class Emitter:
         self.counter = Counter()
         self.originals = self._index_originals()
         self.uses = self._count_uses()
+        self.const = self._const_classes()
+        self.values: dict[int, object] = {}        # class -> folded numpy value (or list, for a tuple class)
         self.original_nodes = {n.name: n for n in ing.graph_def.node}
 
     # ------------------------------------------------------------------ bookkeeping
@@ -62,6 +67,42 @@ class Emitter:
         for r in self.g.roots:
             uses[r] += 1
         return uses
+
+    def _const_classes(self) -> set[int]:
+        """Classes that only depend on weights under this choice: their typed nodes are folded into Consts."""
+        const: set[int] = set()
+        dg = nx.DiGraph()
+        for c in reachable_classes(self.g, self.choice):
+            dg.add_node(c)
+            dg.add_edges_from((ch, c) for ch in self.g.nodes[self.choice[c]].children)
+        for c in nx.lexicographical_topological_sort(dg):
+            n = self.g.nodes[self.choice[c]]
+            if n.op in ("Weight", "FConst") or ((n.op in ops.BY_TERM or n.op == "Out") and n.children
+                                    and all(ch in const for ch in n.children)):
+                const.add(c)
+        return const
+
+    def _value(self, c: int):
+        if c not in self.values:
+            n = self.g.nodes[self.choice[c]]
+            if n.op == "Weight":
+                self.values[c] = tf.make_ndarray(self.ing.weights[n.payload[0]].attr["value"].tensor)
+            elif n.op == "FConst":
+                self.values[c] = np.float32(n.payload[0])     # rules create it for float32 statistics
+            elif n.op == "Out":
+                self.values[c] = self._value(n.children[0])[n.payload[0]]
+            else:
+                self.values[c] = nodedef.run(ops.BY_TERM[n.op], n.payload, [self._value(ch) for ch in n.children])
+        return self.values[c]
+
+    def _emit_folded(self, cls: int) -> None:
+        value = np.asarray(self._value(cls))
+        node = tf.compat.v1.NodeDef(name=self._fresh("Const"), op="Const")
+        node.attr["dtype"].type = tf.as_dtype(value.dtype).as_datatype_enum
+        node.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(value))
+        self._add(node)
+        self.tensor_of[cls] = node.name
+        self.dtype_of[cls] = tf.as_dtype(value.dtype)
 
     def _add(self, node) -> None:
         self.out.node.append(node)
@@ -102,6 +143,8 @@ class Emitter:
         return self.tensor_of.get(c, self.node_of.get(c))
 
     def _children_to_emit(self, cls: int, enode) -> list[int]:
+        if cls in self.const and enode.op != "Weight":
+            return []                          # folded: computed here, its weights are not emitted
         if enode.op == "Op":                   # its argument list is read through, not emitted as a class
             return list(self._flat_list(enode.children[-1]))
         if enode.op == "ConcatV2":
@@ -132,6 +175,12 @@ class Emitter:
     # ------------------------------------------------------------------ per e-node
     def _emit_class(self, cls: int, enode) -> None:
         op = enode.op
+        if cls in self.const and op != "Weight":
+            if self.exp.sorts[cls] == "Tensor":
+                self._emit_folded(cls)
+            else:
+                self.node_of[cls] = ""         # a folded tuple: its Out projections fold on their own
+            return
         if op == "Input":
             name = enode.payload[0]
             self._copy_original(self.ing.inputs[name])
@@ -222,10 +271,27 @@ def emit(ing: Ingested, exp: Exported, choice: dict[int, int]) -> tf.compat.v1.G
     return Emitter(ing, exp, choice).run()
 
 
-def original_choice(ing: Ingested, exp: Exported) -> dict[int, int]:
-    """For every class reachable from the roots, the e-node that is the original graph's node (first one otherwise).
+def original_nodes(ing: Ingested, exp: Exported) -> dict[int, int]:
+    """class -> the e-node that is the ingested (original) term of that class, for every let-bound class.
 
-    With no rules every class holds exactly its original e-node, so this choice reproduces the input graph.
-    """
+    After rewrites a class holds many e-nodes; this finds the one ingest created, by term (op, literals, child
+    classes). Opaque nodes are found by their key alone (their argument lists are inline terms)."""
     g: EGraphData = exp.egraph
-    return {c: nodes[0] for c, nodes in enumerate(g.classes) if nodes}
+    index: dict = {}
+    for i, n in enumerate(g.nodes):
+        index.setdefault((n.op, n.payload, n.children), i)
+        if n.op == "Op":
+            index.setdefault(("Op", n.payload), i)
+    out: dict[int, int] = {}
+    for let, (op, payload, kids) in ing.terms.items():
+        key = ("Op", payload) if kids is None else (op, payload, tuple(exp.lets[k] for k in kids))
+        out.setdefault(exp.lets[let], index[key])
+    return out
+
+
+def original_choice(ing: Ingested, exp: Exported) -> dict[int, int]:
+    """The choice that reproduces the input graph: every let-bound class takes its original e-node (argument lists of
+    opaque nodes, which no rule touches, take their only e-node)."""
+    g: EGraphData = exp.egraph
+    orig = original_nodes(ing, exp)
+    return {c: orig.get(c, nodes[0]) for c, nodes in enumerate(g.classes) if nodes}

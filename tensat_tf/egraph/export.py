@@ -18,6 +18,7 @@ class Exported:
     lets: dict[str, int]                     # let name -> class id
     shapes: dict[int, tuple[int, ...]]       # Tensor class id -> shape
     sorts: list[str]                         # class id -> sort name
+    made: dict = dataclasses.field(default_factory=dict)   # Tensor class id -> names of rules that rewrote into it
 
 
 def _decoder(b, sort: str):
@@ -25,6 +26,8 @@ def _decoder(b, sort: str):
         return b.value_to_i64
     if sort == "String":
         return b.value_to_string
+    if sort == "f64":
+        return b.value_to_f64
     if "Vec" in sort or sort == "IVec":
         return lambda v: tuple(b.value_to_i64(x) for x in b.value_to_vec(v))
     raise ValueError(f"no decoder for sort {sort}")
@@ -44,10 +47,13 @@ def export(eg, roots_lets: list[str]) -> Exported:
 
     functions = sorted(frozen.functions.items())          # deterministic order
     nodes: list[ENode] = []
-    shape_rows = None
+    shape_rows = made_rows = None
     for name, f in functions:
         if name == "shape":
             shape_rows = f
+            continue
+        if name == "Made":
+            made_rows = f
             continue
         if f.is_let_binding or f.output_sort not in L.TERM_SORTS:
             continue
@@ -72,6 +78,12 @@ def export(eg, roots_lets: list[str]) -> Exported:
             key = ("Tensor", row.inputs[0])
             if key in class_of:
                 shapes[class_of[key]] = dec(row.output)
+    made: dict[int, set] = {}
+    if made_rows is not None:
+        for row in made_rows.rows:
+            key = ("Tensor", row.inputs[0])
+            if key in class_of:
+                made.setdefault(class_of[key], set()).add(eg.value_to_string(row.inputs[1]))
     graph = EGraphData.build(nodes, [lets[r] for r in roots_lets])
     # classes that only appear as children (never as a node's output) cannot exist in a consistent export
-    return Exported(graph, lets, shapes, sorts)
+    return Exported(graph, lets, shapes, sorts, made)

@@ -48,6 +48,8 @@ class Ingested:
     typed: dict[str, TypedOrigin]              # node name -> origin, for typed nodes
     roots: list[str]                           # let names that must be computed (keep nodes)
     shapes: dict[str, Optional[tuple[int, ...]]]   # tensor name -> TF-inferred shape (None: unknown rank)
+    terms: dict = dataclasses.field(default_factory=dict)   # let name -> (op, payload, child let names): the
+    #                                            original e-node of that let's class (Op: children not listed)
 
     @property
     def num_typed(self) -> int:
@@ -88,6 +90,8 @@ def _attr_value(node, attr: ops.Attr):
         return int(v.i)
     if attr.kind == "str":
         return v.s.decode()
+    if attr.kind == "float":
+        return float(v.f)
     return tuple(int(x) for x in v.list.i)
 
 
@@ -195,6 +199,7 @@ def ingest(graph_def, item: GrapplerItem) -> Ingested:
         if node.op == "Placeholder" and not has_ctrl:
             ing.inputs[name] = node
             commands.append(L.let(let_name, L.call("Input", [L.lit(name)])))
+            ing.terms[let_name] = ("Input", (name,), ())
         elif node.op == "Const" and not has_ctrl and name not in keep:
             key = _weight_key(node)
             if key not in weight_ids:
@@ -202,21 +207,27 @@ def ingest(graph_def, item: GrapplerItem) -> Ingested:
                 ing.weights.append(node)
                 ing.weight_dtypes.append(out_dtypes[0])
             commands.append(L.let(let_name, L.call("Weight", [L.lit(weight_ids[key])])))
+            ing.terms[let_name] = ("Weight", (weight_ids[key],), ())
         elif literals is not None:
             data_inputs = [i for i in node.input if not i.startswith("^")]
             const_pos = {c.index % len(data_inputs) for c in spec.const_inputs}
             tensor_inputs = [i for p, i in enumerate(data_inputs) if p not in const_pos]
             lit_args = [L.lit(literals[n]) for n, _ in spec.literals]
+            payload = tuple(literals[n] for n, _ in spec.literals)
+            in_lets = [ing.output_lets[_tensor_name(*_tensor_ref(i))] for i in tensor_inputs]
             if spec.variadic:
                 # right-nested binary chain; the inner links get their own lets so the emitter can find them
-                inner = ref(tensor_inputs[-1])
+                inner, inner_let = ref(tensor_inputs[-1]), in_lets[-1]
                 for j in range(len(tensor_inputs) - 2, 0, -1):
                     link = f"$n{idx}_c{j}_"
                     commands.append(L.let(link, L.call(spec.term, lit_args + [ref(tensor_inputs[j]), inner])))
-                    inner = L.var(link)
+                    ing.terms[link] = (spec.term, payload, (in_lets[j], inner_let))
+                    inner, inner_let = L.var(link), link
                 args = lit_args + [ref(tensor_inputs[0]), inner]
+                ing.terms[let_name] = (spec.term, payload, (in_lets[0], inner_let))
             else:
                 args = lit_args + [ref(i) for i in tensor_inputs]
+                ing.terms[let_name] = (spec.term, payload, tuple(in_lets))
             commands.append(L.let(let_name, L.call(spec.term, args)))
             ing.typed[name] = TypedOrigin(
                 node, spec, tuple(literals[n] for n, _ in spec.literals),
@@ -226,6 +237,7 @@ def ingest(graph_def, item: GrapplerItem) -> Ingested:
             ing.opaque[name] = node
             ing.opaque_dtypes[name] = out_dtypes
             commands.append(L.let(let_name, L.call("Op", [L.lit(name), L.tlist([ref(i) for i in node.input])])))
+            ing.terms[let_name] = ("Op", (name,), None)
 
         # name every output tensor
         is_tuple = name in ing.opaque or (spec is not None and name in ing.typed and spec.outputs != "one")
@@ -234,6 +246,7 @@ def ingest(graph_def, item: GrapplerItem) -> Ingested:
             if is_tuple:
                 out_let = f"$n{idx}_o{k}_"
                 commands.append(L.let(out_let, L.call("Out", [L.var(let_name), L.lit(k)])))
+                ing.terms[out_let] = ("Out", (k,), (let_name,))
             else:
                 out_let = let_name
             ing.output_lets[tensor] = out_let

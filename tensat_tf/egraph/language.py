@@ -6,12 +6,14 @@ constructor without per-op Python functions. Loading goes through `let` commands
 in graph size (one nested expression is super-linear, see research/egglog.md §4).
 
 Sorts
-  Tensor   one tensor value. Leaves: (Input name), (Weight id). Typed ops from the table.
+  Tensor   one tensor value. Leaves: (Input name), (Weight id), (FConst x) a float scalar that rules create (a
+           batch norm's epsilon). Typed ops from the table.
   TTuple   a node with several (or unknown) outputs: (Op key args) for opaque nodes, Split/SplitV.
   TList    argument list of an opaque node: (TCons t rest) / (TNil).
   (Out tt i) is output i of a tuple; (Ctl tt) stands for a control edge from that node.
 Analysis (ruleset `shapes`)
   (IsConst t): t depends only on weights.
+  (Made t "RULE"): rule RULE unioned a right side into t's class (provenance for the report's rules_applied).
   (shape t) -> (Vec i64): filled for graph tensors at ingest (TF shape inference) and by the table's shape rules
   for terms that rewrites create. It has no merge: two different shapes for one e-class are a soundness bug, and
   egglog reports them as an error instead of silently keeping one.
@@ -37,6 +39,7 @@ _PRELUDE = """
 (datatype TList)
 (constructor Input (String) Tensor)
 (constructor Weight (i64) Tensor)
+(constructor FConst (f64) Tensor)
 (constructor Op (String TList) TTuple)
 (constructor Out (TTuple i64) Tensor)
 (constructor Ctl (TTuple) Tensor)
@@ -44,8 +47,10 @@ _PRELUDE = """
 (constructor TCons (Tensor TList) TList)
 (function shape (Tensor) IVec :no-merge)
 (relation IsConst (Tensor))
+(relation Made (Tensor String))
 (ruleset shapes)
 (rule ((= t (Weight i))) ((IsConst t)) :ruleset shapes)
+(rule ((= t (FConst f))) ((IsConst t) (set (shape t) (vec-of))) :ruleset shapes)
 """
 
 SPAN = bindings.RustSpan("tensat_tf", 0, 0)
@@ -88,6 +93,8 @@ def lit(value) -> bindings.Lit | bindings.Call:
         return bindings.Lit(SPAN, bindings.Int(value))
     if isinstance(value, str):
         return bindings.Lit(SPAN, bindings.String(value))
+    if isinstance(value, float):
+        return bindings.Lit(SPAN, bindings.Float(value))
     return bindings.Call(SPAN, "vec-of", [bindings.Lit(SPAN, bindings.Int(int(v))) for v in value])
 
 

@@ -20,6 +20,8 @@ def set_attr(node, name: str, kind: str, value) -> None:
         a.i = int(value)
     elif kind == "str":
         a.s = value.encode()
+    elif kind == "float":
+        a.f = float(value)
     else:
         a.list.i.extend(int(v) for v in value)
 
@@ -58,7 +60,16 @@ def build(spec: ops.OpSpec, payload: tuple, name: str, in_names: list[str],
         node.attr["N"].i = len(in_names)
     for attr in spec.index_type_attrs:
         node.attr[attr].type = tf.int32.as_datatype_enum
+    for attr in spec.same_type_attrs:
+        node.attr[attr].type = dtype.as_datatype_enum
     return node, extra
+
+
+def scalar_const(name: str, value: float, dtype: tf.DType) -> tf.compat.v1.NodeDef:
+    node = tf.compat.v1.NodeDef(name=name, op="Const")
+    node.attr["dtype"].type = dtype.as_datatype_enum
+    node.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(np.asarray(value, dtype=dtype.as_numpy_dtype)))
+    return node
 
 
 def run(spec: ops.OpSpec, payload: tuple, inputs: list[np.ndarray]):

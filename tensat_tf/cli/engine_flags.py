@@ -1,0 +1,47 @@
+"""absl flags of the e-graph engine (rules, saturation budgets, extraction, cost model), shared by the commands that
+run the tensat pass, and their translation into passes.tensat.EngineOptions."""
+from __future__ import annotations
+
+from absl import flags
+
+FLAGS = flags.FLAGS
+flags.DEFINE_list("rules", None, "Rule names or families to enable (default: tensat, tf-fold, merge).")
+flags.DEFINE_list("disable_rules", [], "Rule names or families to disable.")
+flags.DEFINE_list("rules_file", [], "Extra rule files (rules syntax, see `tensat_tf rules --help`).")
+flags.DEFINE_integer("iterations", 15, "Saturation: at most this many iterations.")
+flags.DEFINE_integer("node_limit", 50_000, "Saturation: never exceed this many e-nodes (an iteration that would is "
+                                           "rolled back and its most-matching rule banned).")
+flags.DEFINE_float("saturation_seconds", 60.0, "Saturation: wall-clock budget in seconds.")
+flags.DEFINE_integer("k_multi", 1, "Saturation: multi-pattern rules run only in the first k iterations.")
+flags.DEFINE_enum("method", "ilp", ["ilp", "greedy"], "Extraction method.")
+flags.DEFINE_float("ilp_seconds", 10.0, "Extraction: hard wall-clock limit of the ILP (the greedy result is kept "
+                                        "when it runs out).")
+flags.DEFINE_enum("solver", "auto", ["auto", "cbc", "highs"], "ILP solver (auto: HiGHS when installed, else CBC).")
+flags.DEFINE_enum("cost_model", "analytic", ["analytic", "measured"],
+                  "Cost of each e-node: analytic (FLOPs, bytes, per-op overhead) or measured on this device "
+                  "(cached; see `tensat_tf calibrate`).")
+flags.DEFINE_integer("batch_size", 1, "Batch size at which costs are evaluated (for unknown leading dimensions).")
+
+
+def engine_options():
+    from tensat_tf import errors
+    from tensat_tf import rules as rules_mod
+    from tensat_tf.egraph.saturate import Budget
+    from tensat_tf.passes.tensat import EngineOptions
+    for name, value in (("iterations", FLAGS.iterations), ("node_limit", FLAGS.node_limit),
+                        ("batch_size", FLAGS.batch_size)):
+        if value < 1:
+            raise errors.BadInput(f"--{name} must be >= 1")
+    if FLAGS.saturation_seconds <= 0 or FLAGS.ilp_seconds <= 0:
+        raise errors.BadInput("--saturation_seconds and --ilp_seconds must be > 0")
+    try:
+        rules_mod.select(FLAGS.rules, FLAGS.disable_rules, FLAGS.rules_file)
+    except rules_mod.UnknownRule as e:
+        raise errors.UnknownName(str(e)) from None
+    except (OSError, rules_mod.RuleSyntaxError) as e:
+        raise errors.BadInput(f"--rules_file: {e}") from None
+    return EngineOptions(
+        enable_rules=FLAGS.rules, disable_rules=tuple(FLAGS.disable_rules), rules_files=tuple(FLAGS.rules_file),
+        budget=Budget(FLAGS.iterations, FLAGS.node_limit, FLAGS.saturation_seconds, FLAGS.k_multi),
+        method=FLAGS.method, ilp_seconds=FLAGS.ilp_seconds, solver=FLAGS.solver, cost_model=FLAGS.cost_model,
+        batch_size=FLAGS.batch_size)

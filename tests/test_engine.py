@@ -1,0 +1,183 @@
+"""The engine on real models: the rules' effect checked inside the e-graph with egglog queries, budgets that hold,
+the cycle filter, and conversions that take the rewritten graph only when it is predicted faster and verifies."""
+import time
+
+import pytest
+
+from tensat_tf import rules, zoo
+from tensat_tf.convert import Options, convert
+from tensat_tf.egraph import cycles, export, ingest, language
+from tensat_tf.egraph.data import EGraphData, ENode
+from tensat_tf.egraph.saturate import Budget, StopReason, saturate
+from tensat_tf.io import load
+from tensat_tf.passes import canonicalize
+from tensat_tf.passes.tensat import EngineOptions
+
+
+def canonical(name):
+    m = load.load(zoo.resolve(f"zoo:{name}"))
+    sig = m.signatures["serving_default"]
+    return canonicalize.optimize(sig.graph_def, sig.item), sig.item
+
+
+def saturated(name, families, budget=Budget()):
+    gd, item = canonical(name)
+    ing = ingest.ingest(gd, item)
+    eg = language.new_egraph()
+    ingest.load(eg, ing)
+    res = saturate(eg, rules.select(families), budget)
+    return eg, ing, res, gd
+
+
+def holds(eg, fact):
+    try:
+        eg.run_program(*eg.parse_program(f"(check {fact})"))
+        return True
+    except Exception:  # noqa: BLE001
+        return False
+
+
+def test_bert_qkv_merged_matmul_equals_the_originals(zoo_cache):
+    eg, ing, res, gd = saturated("bert_tiny", ["merge"])
+    nodes = {n.name: n for n in gd.node}
+    # group the dense layers (BiasAdd of MatMul) by the tensor their MatMul reads
+    by_input = {}
+    for n in gd.node:
+        if n.op == "BiasAdd" and nodes[n.input[0]].op == "MatMul" and n.name in ing.typed:
+            mm = nodes[n.input[0]]
+            by_input.setdefault(mm.input[0], []).append((n, mm))
+    qkv = [g for g in by_input.values() if len(g) == 3]
+    assert qkv, "the model has Q/K/V projections reading one input"
+    let = lambda tensor: ing.output_lets[tensor if ":" in tensor else tensor + ":0"]   # noqa: E731
+    for group in qkv:
+        (b1, m1), (b2, m2), (b3, m3) = group
+        x = let(m1.input[0])
+        ws = [let(m.input[1]) for m in (m1, m2, m3)]
+        bs = [let(b.input[1]) for b in (b1, b2, b3)]
+        merged = (f"(BiasAdd (MatMul 0 0 {x} (ConcatV2 1 {ws[0]} (ConcatV2 1 {ws[1]} {ws[2]}))) "
+                  f"(ConcatV2 0 {bs[0]} (ConcatV2 0 {bs[1]} {bs[2]})))")
+        for k, b in enumerate((b1, b2, b3)):
+            assert holds(eg, f"(= {ing.lets[b.name]} (Out (SplitV 3 (vec-of 64 64 64) 1 {merged}) {k}))")
+        # and not with the outputs swapped: the query can fail
+        assert not holds(eg, f"(= {ing.lets[b1.name]} (Out (SplitV 3 (vec-of 64 64 64) 1 {merged}) 1))")
+
+
+def test_keras_cnn_egraph_holds_the_folded_conv(zoo_cache):
+    eg, ing, res, gd = saturated("keras_cnn", ["tf-fold"])
+    convs = [n for n in gd.node if n.op == "Conv2D"]
+    assert len(convs) == 2
+    for conv in convs:
+        bias = [n for n in gd.node if n.op == "BiasAdd" and n.input[0] == conv.name][0]
+        mul = [n for n in gd.node if n.op == "Mul" and bias.name in n.input][0]
+        add = [n for n in gd.node if n.op == "AddV2" and mul.name in n.input][0]
+        scale = [i for i in mul.input if i != bias.name][0]
+        x, w = (ingest_let(ing, i) for i in conv.input)
+        g = ingest_let(ing, scale)
+        # BN's add_1 = conv(x, w * scale) + one folded bias
+        assert holds(eg, f"(= {ing.lets[add.name]} (BiasAdd (Conv2D s p d {x} (Mul {w} {g})) bias))")
+        assert not holds(eg, f"(= {ing.lets[add.name]} (BiasAdd (Conv2D s p d {x} {w}) bias))")
+
+
+def ingest_let(ing, tensor):
+    return ing.output_lets[tensor if ":" in tensor else tensor + ":0"]
+
+
+def test_node_limit_never_exceeded_and_rule_banned(zoo_cache):
+    eg, ing, res, _ = saturated("nasrnn", ["merge"], Budget(iterations=5, node_limit=3000, k_multi=2))
+    assert res.enodes <= 3000
+    assert res.banned, "MERGE-MATMUL-3 explodes on NasRNN's 48 MatMuls and must be banned"
+    exp = export.export(eg, ing.roots)
+    assert exp.egraph.num_nodes <= 3000
+    for it in res.iterations:
+        assert it.enodes <= 3000
+
+
+def test_saturation_time_limit_holds(tmp_path):
+    """A 40-term sum under commutativity and associativity grows without bound: the time budget must stop it."""
+    import tensorflow as tf
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [4, 4], name="x")
+        y = x
+        for i in range(40):
+            y = tf.add(y, tf.constant(float(i + 1), shape=[4, 4]) * x)
+        tf.identity(y, name="out")
+    from tensat_tf.item import GrapplerItem
+    gd = g.as_graph_def()
+    item = GrapplerItem(feeds=["x:0"], fetches=["out:0"])
+    p = tmp_path / "ac.rules"
+    p.write_text("(family ac)\n"
+                 "(rule AC1 (AddV2 ?a ?b) => (AddV2 ?b ?a) :test ((?a 2 2) (?b 2 2)))\n"
+                 "(rule AC2 (AddV2 (AddV2 ?a ?b) ?c) => (AddV2 ?a (AddV2 ?b ?c)) :test ((?a 2 2) (?b 2 2) (?c 2 2)))\n"
+                 "(rule AC3 (Mul ?a ?b) => (Mul ?b ?a) :test ((?a 2 2) (?b 2 2)))\n")
+    ing = ingest.ingest(gd, item)
+    eg = language.new_egraph()
+    ingest.load(eg, ing)
+    budget = Budget(iterations=1000, node_limit=10_000_000, seconds=1.5)
+    t = time.perf_counter()
+    res = saturate(eg, rules.select([], extra_files=[str(p)]), budget)
+    elapsed = time.perf_counter() - t
+    assert res.stop_reason == StopReason.TIME_LIMIT
+    assert elapsed <= 1.5 * 1.1
+
+
+def test_cycle_filter_blacklists_the_newest_node():
+    # class 0 = {n0: Input, n2: Relu(class 1)}, class 1 = {n1: Relu(class 0)}: 0 -> 1 -> 0 through n2 and n1
+    nodes = [ENode("Input", 0, ()), ENode("Relu", 1, (0,)), ENode("Relu", 0, (1,))]
+    g = EGraphData.build(nodes, [1])
+    assert cycles.cycle_blacklist(g, original={0, 1}) == {2}
+    # when both cycle nodes are rewrites, the one exported last goes
+    assert cycles.cycle_blacklist(g, original={0}) == {2}
+    # an acyclic e-graph loses nothing
+    assert cycles.cycle_blacklist(EGraphData.build(nodes[:2], [1]), original={0}) == frozenset()
+
+
+@pytest.mark.parametrize("name,op_drops", [("bert_tiny", {"MatMul": 4}), ("inception_block", {"Conv2D": 2}),
+                                           ("keras_cnn", {"Mul": 3, "AddV2": 3})])
+def test_zoo_conversion_takes_the_merged_forms(name, op_drops, zoo_cache, tmp_path):
+    rep = convert(f"zoo:{name}", str(tmp_path / "o"), Options(engine=EngineOptions(enable_rules=["merge", "tf-fold"])))
+    sig = rep["signatures"]["serving_default"]
+    assert sig["verification"]["passed"]
+    assert sig["extraction"]["cost_after"] < sig["extraction"]["cost_before"]
+    canon = [p for p in sig["passes"] if p["name"] == "canonicalize"][0]
+    assert canon["ok"]
+    for op, drop in op_drops.items():
+        # ops_before is the frozen graph; the canonical graph has no fewer of these compute ops
+        assert sig["ops_after"].get(op, 0) <= sig["ops_before"][op] - drop, (op, sig["ops_after"].get(op, 0))
+    assert sig["rules_applied"]
+
+
+def test_fused_batchnorm_folds_into_the_conv():
+    """A TF1-style inference graph (Conv2D + FusedBatchNormV3): the pass removes the batch norm and its scale, and
+    the result computes the same values."""
+    import numpy as np
+    import tensorflow as tf
+    from tensat_tf.item import GrapplerItem
+    from tensat_tf.passes.tensat import TensatPass
+    rng = np.random.default_rng(0)
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 8, 8, 3], name="x")
+        w = tf.constant(rng.normal(size=(3, 3, 3, 8)).astype(np.float32))
+        y = tf.nn.conv2d(x, w, 1, "SAME")
+        stats = [tf.constant(rng.uniform(0.5, 1.5, 8).astype(np.float32)) for _ in range(4)]
+        y, _, _ = tf.compat.v1.nn.fused_batch_norm(y, stats[0], stats[1], stats[2], stats[3], epsilon=1e-3,
+                                                   is_training=False)
+        tf.identity(tf.nn.relu(y), name="out")
+    gd = g.as_graph_def()
+    assert "FusedBatchNormV3" in {n.op for n in gd.node}
+    item = GrapplerItem(feeds=["x:0"], fetches=["out:0"])
+    p = TensatPass(EngineOptions(enable_rules=["tf-fold"]))
+    out = p.optimize(gd, item)
+    ops_after = {n.op for n in out.node}
+    assert "FusedBatchNormV3" not in ops_after and "Mul" not in ops_after, ops_after
+    assert p.stats.rules_applied.get("F17-fused-batchnorm-inference")
+    data = rng.normal(size=(2, 8, 8, 3)).astype(np.float32)
+    results = []
+    for graph_def in (gd, out):
+        gg = tf.Graph()
+        with gg.as_default():
+            tf.graph_util.import_graph_def(graph_def, name="")
+        with tf.compat.v1.Session(graph=gg) as sess:
+            results.append(sess.run("out:0", {"x:0": data}))
+    assert np.max(np.abs(results[0] - results[1])) <= 1e-5 * np.max(np.abs(results[0]))

@@ -1,0 +1,50 @@
+"""The e-graph engine on the zoo: e-graph size, stop reason, extraction, predicted cost and what changed.
+
+    python tools/bench_engine.py [--models=bert_tiny,inception_block,...] [--rules=...]
+
+Every model is converted (and verified) in this one process with the same engine flags; one markdown row per
+signature. Latency is not measured here (that is the profiling benchmark).
+"""
+from __future__ import annotations
+
+import os
+import sys
+import tempfile
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+from absl import app, flags  # noqa: E402
+
+from tensat_tf.cli import engine_flags  # noqa: E402
+
+flags.DEFINE_list("models", ["bert_tiny", "inception_block", "keras_cnn", "nasrnn", "mlp", "lstm"], "Zoo models.")
+FLAGS = flags.FLAGS
+COMPUTE = {"MatMul", "BatchMatMulV2", "Conv2D", "DepthwiseConv2dNative", "BiasAdd", "AddV2", "Mul", "Sub", "Relu",
+           "Relu6", "Sigmoid", "Tanh"}
+
+
+def main(argv):
+    from tensat_tf.convert import Options, convert
+    opts = Options(engine=engine_flags.engine_options())
+    print("| model | signature | e-nodes / e-classes | iterations (stop) | saturate s | extraction | extract s "
+          "| predicted ms before -> after | compute ops before -> after | rules applied | verify rel | total s |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    for name in FLAGS.models:
+        with tempfile.TemporaryDirectory() as d:
+            rep = convert(f"zoo:{name}", os.path.join(d, "o"), opts)
+        for sig_name, s in sorted(rep["signatures"].items()):
+            eg, ex = s["egraph"], s["extraction"]
+            before = sum(v for k, v in s["ops_before"].items() if k in COMPUTE)
+            after = sum(v for k, v in s["ops_after"].items() if k in COMPUTE)
+            applied = ", ".join(f"{k} x{v}" for k, v in s["rules_applied"].items()) or "-"
+            kept = f" (kept input: {ex['kept_input']})" if ex.get("kept_input") else ""
+            print(f"| {name} | {sig_name} | {eg['enodes']} / {eg['eclasses']} | {eg['iterations']} "
+                  f"({eg['stop_reason']}) | {eg['timing_s'].get('saturate', 0):.3f} | {ex.get('method')} "
+                  f"{ex.get('status')}{kept} | {eg['timing_s'].get('extract', 0):.3f} | {ex['cost_before']:.4f} -> "
+                  f"{ex['cost_after']:.4f} | {before} -> {after} | {applied} | "
+                  f"{s['verification']['max_rel_diff']:.1e} | {rep['timing_s']['total']:.1f} |")
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    app.run(main)
