@@ -41,6 +41,9 @@ class EngineOptions:
     cost_model: str = "analytic"                       # analytic | measured
     batch_size: int = 1
     min_gain: float = 0.0                              # relative predicted gain needed to take the rewritten graph
+    # > 1 multiplies the cost of every original e-node, so extraction takes rewritten forms wherever the e-graph has
+    # them: a soundness check of the rules on a real model (verification must still pass), not an optimization
+    original_cost_factor: float = 1.0
 
 
 @dataclasses.dataclass
@@ -145,7 +148,11 @@ class TensatPass:
         stats.blacklisted = len(black)
         lap("cycles")
         model = cost_mod.get_model(o.cost_model, batch_size=o.batch_size)
-        g = EGraphData(g.with_costs(model.costs(exp)).nodes, g.classes, g.roots, black)
+        costs = model.costs(exp)
+        if o.original_cost_factor != 1.0:
+            orig_ids = set(original.values())
+            costs = [c * o.original_cost_factor + 1e-3 if i in orig_ids else c for i, c in enumerate(costs)]
+        g = EGraphData(g.with_costs(costs).nodes, g.classes, g.roots, black)
         lap("cost")
         cost_before = dag.dag_cost(g, orig_choice)
         ex = {"method": o.method, "cost_before": round(cost_before, 6)}

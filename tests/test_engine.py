@@ -181,3 +181,15 @@ def test_fused_batchnorm_folds_into_the_conv():
         with tf.compat.v1.Session(graph=gg) as sess:
             results.append(sess.run("out:0", {"x:0": data}))
     assert np.max(np.abs(results[0] - results[1])) <= 1e-5 * np.max(np.abs(results[0]))
+
+
+@pytest.mark.parametrize("name", ["bert_tiny", "inception_block", "keras_cnn", "nasrnn"])
+def test_rewritten_forms_verify(name, zoo_cache, tmp_path):
+    """Soundness on real models: extraction is pushed to take every rewritten form the e-graph has (original e-nodes
+    cost 100x), with every default rule family on; the result must still verify at 1e-5."""
+    engine = EngineOptions(original_cost_factor=100.0, ilp_seconds=20.0)
+    rep = convert(f"zoo:{name}", str(tmp_path / "o"), Options(engine=engine))
+    assert rep["verification"]["passed"]
+    assert rep["verification"]["max_rel_diff"] <= 1e-5
+    applied = {k: v for s in rep["signatures"].values() for k, v in s["rules_applied"].items()}
+    assert applied, "the adversarial cost must make extraction take rewritten e-nodes"
