@@ -6,6 +6,8 @@ signatures, so a bug in the writer is caught like a bug in a rewrite. Nothing re
 from __future__ import annotations
 
 import dataclasses
+import os
+import shutil
 import time
 from collections import Counter
 from typing import Optional, Sequence
@@ -31,10 +33,65 @@ class Options:
     min_variable_elements: int = 1024
     tags: Sequence[str] = ("serve",)
     engine: EngineOptions = EngineOptions()
+    profile: bool = False               # time original vs optimized; keep the original graph when not faster
+    profile_batch_size: int = 1
 
 
 def _ops(graph_def) -> dict[str, int]:
     return dict(sorted(Counter(n.op for n in graph_def.node).items()))
+
+
+def _write_and_verify(staged, model, graphs, path, options, report, lap, t):
+    """Write the SavedModel into `staged`, load it back and verify it against the original signatures."""
+    save_mod.write_saved_model(staged, model.signatures, graphs, path, options.min_variable_elements)
+    t = lap("save", t)
+    reloaded = tf.saved_model.load(staged)
+    pairs = [(name, sig.inputs, sig.outputs, sig.function, reloaded.signatures[name], sig.call_frozen)
+             for name, sig in sorted(model.signatures.items())]
+    result = verify_mod.verify(pairs, options.verify_batch_sizes, options.seed, options.rtol)
+    t = lap("verify", t)
+    for name in report["signatures"]:
+        mine = {k: v for k, v in result.per_output.items() if k.startswith(name + "/")}
+        report["signatures"][name]["verification"] = {
+            "max_abs_diff": max((v["max_abs_diff"] for v in mine.values()), default=0.0),
+            "max_rel_diff": max((v["max_rel_diff"] for v in mine.values()), default=0.0),
+            "passed": all(v["passed"] for v in mine.values()),
+            "noise_floor": max((v["noise_floor"] for v in mine.values()), default=0.0),
+            "per_output": mine,
+        }
+    report["verification"] = {"max_abs_diff": result.max_abs_diff, "max_rel_diff": result.max_rel_diff,
+                              "passed": result.passed, "batch_sizes": list(result.batch_sizes)}
+    if not result.passed:
+        bad = sorted(k for k, v in result.per_output.items() if not v["passed"])
+        raise errors.VerificationFailed(
+            f"verification failed for {', '.join(bad)} (max relative difference {result.max_rel_diff:.3g}); "
+            f"nothing was written")
+    return t
+
+
+def _profile(source: str, staged: str, model, options: Options, report: dict) -> list[str]:
+    """Time original vs optimized per signature (a clean worker process); -> signatures to keep original."""
+    from tensat_tf import profile as profile_mod
+    kept = []
+    for name in sorted(model.signatures):
+        entry = report["signatures"][name]
+        if entry["nodes_before"] == entry["nodes_after"] and entry["ops_before"] == entry["ops_after"]:
+            entry["profile"] = {"skipped": "graph unchanged"}
+            continue
+        try:
+            r = profile_mod.measure([source, staged], name, options.profile_batch_size)
+        except profile_mod.ProfileError as e:
+            entry["profile"] = {"error": str(e), "kept_original": True}
+            kept.append(name)
+            continue
+        a, b = (profile_mod.latency(x) for x in r["tf"])
+        fast = profile_mod.faster(a, b)
+        entry["profile"] = {"device": r["device"], "batch_size": r["batch_size"], "original": r["tf"][0],
+                            "optimized": r["tf"][1], "speedup": round(a.ms / b.ms, 4), "faster": fast,
+                            "kept_original": not fast}
+        if not fast:
+            kept.append(name)
+    return kept
 
 
 def convert(src: str, output_dir: str, options: Options = Options()) -> dict:
@@ -90,29 +147,21 @@ def convert(src: str, output_dir: str, options: Options = Options()) -> dict:
     t = time.perf_counter()
 
     with save_mod.staging_dir(output_dir) as staged:
-        save_mod.write_saved_model(staged, model.signatures, graphs, path, options.min_variable_elements)
-        t = lap("save", t)
-        reloaded = tf.saved_model.load(staged)
-        pairs = [(name, sig.inputs, sig.outputs, sig.function, reloaded.signatures[name], sig.call_frozen)
-                 for name, sig in sorted(model.signatures.items())]
-        result = verify_mod.verify(pairs, options.verify_batch_sizes, options.seed, options.rtol)
-        t = lap("verify", t)
-        for name in report["signatures"]:
-            mine = {k: v for k, v in result.per_output.items() if k.startswith(name + "/")}
-            report["signatures"][name]["verification"] = {
-                "max_abs_diff": max((v["max_abs_diff"] for v in mine.values()), default=0.0),
-                "max_rel_diff": max((v["max_rel_diff"] for v in mine.values()), default=0.0),
-                "passed": all(v["passed"] for v in mine.values()),
-                "noise_floor": max((v["noise_floor"] for v in mine.values()), default=0.0),
-                "per_output": mine,
-            }
-        report["verification"] = {"max_abs_diff": result.max_abs_diff, "max_rel_diff": result.max_rel_diff,
-                                  "passed": result.passed, "batch_sizes": list(result.batch_sizes)}
-        if not result.passed:
-            bad = sorted(k for k, v in result.per_output.items() if not v["passed"])
-            raise errors.VerificationFailed(
-                f"verification failed for {', '.join(bad)} (max relative difference {result.max_rel_diff:.3g}); "
-                f"nothing was written")
+        t = _write_and_verify(staged, model, graphs, path, options, report, lap, t)
+        if options.profile:
+            kept = _profile(path, staged, model, options, report)
+            t = lap("profile", t)
+            if kept:
+                # the optimized graph of these signatures is not faster beyond noise: write their original graphs
+                # instead, through the same writer and verification
+                for name in kept:
+                    graphs[name] = model.signatures[name].graph_def
+                    report["signatures"][name]["nodes_after"] = len(graphs[name].node)
+                    report["signatures"][name]["ops_after"] = _ops(graphs[name])
+                for entry in os.listdir(staged):
+                    p = os.path.join(staged, entry)
+                    shutil.rmtree(p) if os.path.isdir(p) else os.remove(p)
+                t = _write_and_verify(staged, model, graphs, path, options, report, lap, t)
         save_mod.publish(staged, output_dir, options.overwrite)
         lap("publish", t)
     timing["total"] = round(time.perf_counter() - t_start, 4)

@@ -21,6 +21,10 @@ flags.DEFINE_bool("canonicalize", True, "Run Grappler's cleanup passes before th
 flags.DEFINE_list("verify_batch_sizes", ["1", "4"], "Batch sizes used for unknown leading dimensions in verification.")
 flags.DEFINE_integer("seed", 0, "Seed of the random verification inputs.")
 flags.DEFINE_float("rtol", None, "Max relative difference allowed in verification (default per dtype: 1e-5 float32).")
+flags.DEFINE_bool("profile", True, "Time original vs optimized (one thread, interleaved blocks, in a clean worker "
+                                   "process) and keep the original graph of any signature that is not faster beyond "
+                                   "noise. --noprofile skips it.")
+flags.DEFINE_integer("profile_batch_size", 1, "Batch size used for unknown leading dimensions when profiling.")
 flags.DEFINE_integer("min_variable_elements", 1024, "Constants with at least this many elements become variables.")
 
 
@@ -36,6 +40,13 @@ def _table(report: dict) -> str:
                          f"iterations ({eg['stop_reason']}); extraction {ex.get('method')} {ex.get('status')}, "
                          f"predicted cost {ex.get('cost_before')} -> {ex.get('cost_after')} ms"
                          + (f" (kept input: {ex['kept_input']})" if ex.get("kept_input") else ""))
+        prof = s.get("profile") or {}
+        if "speedup" in prof:
+            lines.append(f"  latency ({prof['device']}, batch {prof['batch_size']}): {prof['original']['ms']:.4f} -> "
+                         f"{prof['optimized']['ms']:.4f} ms, speedup {prof['speedup']:.3f}x"
+                         + ("; not faster beyond noise, the original graph is kept" if prof["kept_original"] else ""))
+        elif prof:
+            lines.append(f"  latency: {prof.get('skipped') or prof.get('error')}")
         if s.get("rules_applied"):
             lines.append("  rules applied: " + ", ".join(f"{k} x{v}" for k, v in s["rules_applied"].items()))
         for p in s["passes"]:
@@ -70,7 +81,8 @@ def main(args: list[str]) -> int:
     options = Options(signatures=FLAGS.signatures, overwrite=FLAGS.overwrite, canonicalize=FLAGS.canonicalize,
                       verify_batch_sizes=batch_sizes, seed=FLAGS.seed, rtol=FLAGS.rtol,
                       min_variable_elements=FLAGS.min_variable_elements, tags=FLAGS.tags,
-                      engine=engine_flags.engine_options())
+                      engine=engine_flags.engine_options(), profile=FLAGS.profile,
+                      profile_batch_size=FLAGS.profile_batch_size)
     report = convert(src, FLAGS.output_dir, options)
     report_path = FLAGS.report or os.path.abspath(FLAGS.output_dir).rstrip("/") + ".report.json"
     tmp = report_path + ".tmp"

@@ -13,9 +13,11 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 from absl import app, flags, logging  # noqa: E402
 
-from tensat_tf.cli import calibrate_cmd, convert_cmd, extract_cmd, rules_cmd  # noqa: E402,F401  (registers their flags)
+from tensat_tf.cli import (calibrate_cmd, convert_cmd, extract_cmd, profile_cmd,  # noqa: E402,F401  (their flags)
+                           rules_cmd)
 
-COMMANDS = {"convert": convert_cmd, "extract": extract_cmd, "calibrate": calibrate_cmd, "rules": rules_cmd}
+COMMANDS = {"convert": convert_cmd, "extract": extract_cmd, "calibrate": calibrate_cmd, "rules": rules_cmd,
+            "profile": profile_cmd}
 
 USAGE = """tensat_tf: TENSAT-style equality saturation for TensorFlow SavedModels.
 
@@ -23,6 +25,7 @@ USAGE = """tensat_tf: TENSAT-style equality saturation for TensorFlow SavedModel
         [--rules=...] [--iterations=15] [--node_limit=50000] [--saturation_seconds=60] [--k_multi=1]
         [--method=ilp|greedy] [--ilp_seconds=10] [--cost_model=analytic|measured] [--batch_size=1]
   tensat_tf extract EGRAPH.json [--method=greedy|ilp] [--ilp_seconds=N] [--solver=auto|cbc|highs]
+  tensat_tf profile SAVED_MODEL_DIR|zoo:NAME [--xla] [--batch_size=N]   (latency per signature)
   tensat_tf rules [--rules=...] [--disable_rules=...] [--rules_file=F]   (one line per rule)
   tensat_tf calibrate SAVED_MODEL_DIR|zoo:NAME [--batch_size=N]   (times its ops into $TENSAT_TF_COST_CACHE)
 

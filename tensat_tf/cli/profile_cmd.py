@@ -1,0 +1,46 @@
+"""`tensat_tf profile SAVED_MODEL_DIR|zoo:NAME [--xla] [--batch_size=N]`: latency of every signature, as served.
+
+Runs in a clean worker process with one intra-op and one inter-op thread (tensat_tf.profile); on the GPU when TF sees
+one. Prints one line per signature (and per XLA run) and exits 0.
+"""
+from __future__ import annotations
+
+import os
+
+from absl import flags
+
+from tensat_tf import errors
+from tensat_tf.cli import engine_flags  # noqa: F401  (defines --batch_size)
+
+flags.DEFINE_bool("xla", False, "Also time each signature under XLA (tf.function(jit_compile=True)); the compile "
+                                "time (first call) is reported apart.")
+FLAGS = flags.FLAGS
+
+
+def main(args: list[str]) -> int:
+    if len(args) != 1:
+        raise errors.BadInput("profile takes exactly one SAVED_MODEL_DIR (or zoo:NAME)")
+    src = args[0]
+    if src.startswith("zoo:"):
+        from tensat_tf import zoo
+        try:
+            src = zoo.resolve(src)
+        except zoo.UnknownModel as e:
+            raise errors.UnknownName(str(e)) from None
+    elif not os.path.exists(src):
+        raise errors.MissingPath(f"no such file or directory: {src}")
+    from tensat_tf import profile as profile_mod
+    from tensat_tf.io import load as load_mod
+    model = load_mod.load(src)                       # the same checks and signature rules as convert
+    for name in sorted(model.signatures):
+        try:
+            r = profile_mod.measure([src], name, FLAGS.batch_size, xla=FLAGS.xla)
+        except profile_mod.ProfileError as e:
+            raise errors.InternalError(str(e)) from None
+        for mode in ("tf", "xla"):
+            if mode in r:
+                x = r[mode][0]
+                extra = f", XLA compile {x['compile_s']:.3f} s" if x.get("compile_s") is not None else ""
+                print(f"{name} [{mode}, {r['device']}, batch {r['batch_size']}]: {x['ms']:.4f} ms "
+                      f"(p10 {x['p10']:.4f}, p90 {x['p90']:.4f}){extra}")
+    return 0
