@@ -71,8 +71,9 @@ def _measure(fns: list, feeds: dict, blocks: int, runs: int, warmup: int) -> lis
 
 
 def _force(out) -> None:
-    for v in (out.values() if isinstance(out, dict) else [out]):
-        v.numpy()
+    for v in (out.values() if isinstance(out, dict) else out if isinstance(out, list) else [out]):
+        if hasattr(v, "numpy"):
+            v.numpy()
 
 
 def worker(request: dict) -> dict:
@@ -91,7 +92,24 @@ def worker(request: dict) -> dict:
     feeds = random_inputs(specs, batch, seed=0)
     result = {"device": "GPU" if tf.config.list_physical_devices("GPU") else "CPU", "batch_size": batch,
               "signature": sig_name}
-    result["tf"] = [x.to_json() for x in _measure(fns, feeds, blocks, runs, warmup)]
+    onnx_paths = request.get("onnx") or []
+    ort_fns = []
+    for path in onnx_paths:
+        import onnxruntime as ort
+        so = ort.SessionOptions()
+        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        so.intra_op_num_threads = so.inter_op_num_threads = 1
+        sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+        names = {i.name for i in sess.get_inputs()}
+        np_feeds = {k: v.numpy() for k, v in feeds.items() if k in names}
+        if set(np_feeds) != names:
+            raise ValueError(f"ONNX inputs {sorted(names)} do not match the signature's {sorted(feeds)}")
+        ort_fns.append(lambda sess=sess, np_feeds=np_feeds, **kw: sess.run(None, np_feeds))
+    # TF and ONNX Runtime calls alternate in the same blocks, so both see the same machine state
+    lat = _measure(fns + ort_fns, feeds, blocks, runs, warmup)
+    result["tf"] = [x.to_json() for x in lat[:len(fns)]]
+    if ort_fns:
+        result["onnxruntime"] = [x.to_json() for x in lat[len(fns):]]
     if request.get("xla"):
         xfns, compile_s = [], []
         for fn in fns:
@@ -113,12 +131,14 @@ class ProfileError(RuntimeError):
 
 
 def measure(paths: Sequence[str], signature: str, batch_size: int = 1, xla: bool = False, blocks: int = BLOCKS,
-            runs: int = RUNS, timeout_s: float = 900.0) -> dict:
-    """Time `signature` of each SavedModel in `paths` (interleaved, same inputs) in a fresh worker process.
+            runs: int = RUNS, timeout_s: float = 900.0, onnx: Sequence[str] = ()) -> dict:
+    """Time `signature` of each SavedModel in `paths` (interleaved, same inputs) in a fresh worker process, and each
+    ONNX model in `onnx` under ONNX Runtime (ORT_ENABLE_ALL, one thread) in the same blocks.
 
-    -> {"device", "batch_size", "signature", "tf": [Latency json per path], "xla": [...] if xla}."""
+    -> {"device", "batch_size", "signature", "tf": [Latency json per path], "xla": [...] if xla,
+        "onnxruntime": [...] if onnx}."""
     request = {"paths": [os.path.abspath(p) for p in paths], "signature": signature, "batch_size": batch_size,
-               "xla": xla, "blocks": blocks, "runs": runs}
+               "xla": xla, "blocks": blocks, "runs": runs, "onnx": [os.path.abspath(p) for p in onnx]}
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", TF_OVERRIDE_GLOBAL_THREADPOOL="1")
     try:
         proc = subprocess.run([sys.executable, "-m", "tensat_tf.profile"], input=json.dumps(request),
