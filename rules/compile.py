@@ -99,7 +99,7 @@ class _Ctx:
             if isinstance(i, int) and i < 0:
                 return f"(vec-get {s} (+ (vec-length {s}) {i}))"
             return f"(vec-get {s} {self.expr(i)})"
-        if head in ("const", "known", "distinct"):
+        if head in ("const", "known", "distinct", "ordered"):
             raise RuleSyntaxError(f"{self.rule.origin}: ({head} ...) is a condition, not a value")
         return "(" + " ".join([str(head)] + [self.expr(x) for x in e[1:]]) + ")"
 
@@ -111,6 +111,13 @@ class _Ctx:
                 return f"(vec-not-contains {self.s(g[1])} -1)"
             if g[0] == "distinct":
                 return f"(!= {self.v(g[1])} {self.v(g[2])})"
+            if g[0] == "ordered":
+                # the variables are weights whose ids increase: one match per set instead of one per permutation
+                # (TENSAT's i < j for symmetric multi-pattern rules)
+                ids = [f"o_{v[1:]}" for v in g[1:]]
+                facts = [f"(= {self.v(v)} (Weight {i}))" for v, i in zip(g[1:], ids)]
+                facts += [f"(< {a} {b})" for a, b in zip(ids, ids[1:])]
+                return " ".join(facts)
         return self.expr(g)
 
 

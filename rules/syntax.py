@@ -26,6 +26,8 @@ Guards (`:when`, a list of conditions, all must hold) and computed literals on t
     (const ?x)                              ?x depends only on weights (folded at emit)
     (known ?x)                              every dimension of ?x is known
     (distinct ?a ?b)                        two different e-classes
+    (ordered ?a ?b ...)                     weights (Weight leaves) with increasing ids: a symmetric multi rule
+                                            matches each set of sources once, not once per permutation
     = != < <= > >=, + - * / % min max, vec-of vec-get vec-length, and literal variables
 Every tensor variable of a left side must have a known rank (a shape in the analysis) for the rule to match.
 
