@@ -37,11 +37,15 @@ setup(
         "networkx>=3.2",
         "absl-py>=2.1",
         "tf2onnx==1.17.0",
+        # PredictionLog/PredictRequest protos of the TF Serving warm-up records (serving mode); same version as TF,
+        # it brings nothing else (grpcio, protobuf and tensorflow are already here).
+        "tensorflow-serving-api==2.21.0",
         "numpy>=1.26",
     ],
     extras_require={
         "test": ["pytest>=8", "onnxruntime>=1.20", "highspy>=1.7"],
         "highs": ["highspy>=1.7"],
+        "onnx": ["onnxruntime>=1.20"],      # --emit_onnx checks the ONNX file with onnxruntime
     },
     entry_points={"console_scripts": ["tensat_tf=tensat_tf.cli.main:run"]},
 )

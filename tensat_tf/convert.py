@@ -10,11 +10,11 @@ import os
 import shutil
 import time
 from collections import Counter
-from typing import Optional, Sequence
+from typing import Callable, Optional, Sequence
 
 import tensorflow as tf
 
-from tensat_tf import errors
+from tensat_tf import errors, onnx_export, serving
 from tensat_tf import verify as verify_mod
 from tensat_tf.io import load as load_mod
 from tensat_tf.io import save as save_mod
@@ -35,6 +35,12 @@ class Options:
     engine: EngineOptions = EngineOptions()
     profile: bool = False               # time original vs optimized; keep the original graph when not faster
     profile_batch_size: int = 1
+    # deployment extras (tensat_tf/serving.py, tensat_tf/onnx_export.py), written and checked before publishing
+    warmup: bool = False                # assets.extra/tf_serving_warmup_requests, replayed through the TF1 loader
+    warmup_model_name: str = "model"    # model_spec.name of the warm-up requests
+    emit_onnx: bool = False             # OUTPUT_DIR.onnx beside the output, checked with onnxruntime
+    onnx_signature: Optional[str] = None
+    progress: Optional[Callable[[str], None]] = None    # called with the name of each stage as it starts
 
 
 def _ops(graph_def) -> dict[str, int]:
@@ -94,6 +100,23 @@ def _profile(source: str, staged: str, model, options: Options, report: dict) ->
     return kept
 
 
+def _deploy_extras(staged, output_dir, model, graphs, options: Options, report: dict, stage, lap, t):
+    """Warm-up records (into the staged folder) and the ONNX file (a temporary file beside it), both checked;
+    -> (the pending ONNX file to commit after publishing, or None; t)."""
+    tolerances = serving.tolerances(report)
+    if options.warmup:
+        stage("writing warm-up records and replaying them through the TF1 loader")
+        report["warmup"] = serving.write_warmup(staged, model, options.verify_batch_sizes, options.seed,
+                                                options.warmup_model_name, tolerances, options.tags)
+        t = lap("warmup", t)
+    if not options.emit_onnx:
+        return None, t
+    stage("exporting ONNX and checking it with onnxruntime")
+    pending, report["onnx"] = onnx_export.emit(output_dir, staged, model, graphs, options.verify_batch_sizes,
+                                               options.seed, options.onnx_signature, tolerances)
+    return pending, lap("onnx", t)
+
+
 def convert(src: str, output_dir: str, options: Options = Options()) -> dict:
     """Convert the SavedModel at `src` (or `zoo:NAME`) into `output_dir`; returns the JSON report (a dict)."""
     t_start = time.perf_counter()
@@ -104,7 +127,9 @@ def convert(src: str, output_dir: str, options: Options = Options()) -> dict:
         timing[stage] = round(timing.get(stage, 0.0) + now - t0, 4)
         return now
 
+    stage = options.progress or (lambda text: None)
     t = time.perf_counter()
+    stage("loading " + src)
     if src.startswith("zoo:"):
         from tensat_tf import zoo
         try:
@@ -115,12 +140,17 @@ def convert(src: str, output_dir: str, options: Options = Options()) -> dict:
     else:
         path = src
     save_mod.check_output_dir(output_dir, options.overwrite)
+    if options.emit_onnx:
+        onnx_export.check_target(output_dir, options.overwrite)
     model = load_mod.load(path, tags=options.tags, only=options.signatures)
+    if options.emit_onnx:
+        onnx_export.pick_signature(list(model.signatures), options.onnx_signature)    # fail before the work
     t = lap("load_freeze", t)
 
     report = {"source": src, "output_dir": output_dir, "signatures": {}, "skipped_signatures": model.skipped}
     graphs = {}
-    for name, sig in sorted(model.signatures.items()):
+    for i, (name, sig) in enumerate(sorted(model.signatures.items())):
+        stage(f"optimizing signature {name} ({i + 1}/{len(model.signatures)}): canonicalize, saturate, extract")
         tensat_pass = TensatPass(options.engine)
         passes = ([canonicalize] if options.canonicalize else []) + [tensat_pass]
         out, results = pipeline.run(sig.graph_def, sig.item, passes)
@@ -147,8 +177,10 @@ def convert(src: str, output_dir: str, options: Options = Options()) -> dict:
     t = time.perf_counter()
 
     with save_mod.staging_dir(output_dir) as staged:
+        stage("saving and verifying")
         t = _write_and_verify(staged, model, graphs, path, options, report, lap, t)
         if options.profile:
+            stage("profiling original vs optimized")
             kept = _profile(path, staged, model, options, report)
             t = lap("profile", t)
             if kept:
@@ -162,7 +194,16 @@ def convert(src: str, output_dir: str, options: Options = Options()) -> dict:
                     p = os.path.join(staged, entry)
                     shutil.rmtree(p) if os.path.isdir(p) else os.remove(p)
                 t = _write_and_verify(staged, model, graphs, path, options, report, lap, t)
-        save_mod.publish(staged, output_dir, options.overwrite)
+        pending, t = _deploy_extras(staged, output_dir, model, graphs, options, report, stage, lap, t)
+        try:
+            stage("publishing " + output_dir)
+            serving.normal_permissions(staged)
+            save_mod.publish(staged, output_dir, options.overwrite)
+            if pending is not None:
+                pending.commit()
+        finally:
+            if pending is not None:
+                pending.discard()
         lap("publish", t)
     timing["total"] = round(time.perf_counter() - t_start, 4)
     report["timing_s"] = timing

@@ -46,10 +46,20 @@ class VerificationFailed(TensatError):
     exit_code = 20
 
 
+class ExportFailed(TensatError):
+    """--emit_onnx: tf2onnx could not convert the signature, or onnxruntime's outputs differ from the SavedModel's."""
+    exit_code = 21
+
+
 class InternalError(TensatError):
     exit_code = 30
 
 
+class BatchFailed(TensatError):
+    """`tensat_tf batch`: at least one model failed (reported after every other model finished)."""
+    exit_code = 40
+
+
 EXIT_CODES = {cls.__name__: cls.exit_code for cls in (
     MissingPath, NotASavedModel, CorruptSavedModel, BadVariables, OutputExists, UnsupportedSignature, UnknownName,
-    VerificationFailed, InternalError)}
+    VerificationFailed, ExportFailed, InternalError, BatchFailed)}

@@ -8,7 +8,7 @@ import sys
 from absl import flags
 
 from tensat_tf import errors
-from tensat_tf.cli import engine_flags
+from tensat_tf.cli import deploy_flags, engine_flags
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("output_dir", None, "Where the optimized SavedModel is published (must be absent or empty).")
@@ -58,37 +58,56 @@ def _table(report: dict) -> str:
         for op in ops:
             b, a = s["ops_before"].get(op, 0), s["ops_after"].get(op, 0)
             lines.append(f"  {op:<28}{b:>8}{a:>8}" + ("" if a == b else "  *"))
+    if report.get("warmup"):
+        w = report["warmup"]
+        lines.append(f"warm-up: {w['records']} records in {w['path']}, replayed through the TF1 loader "
+                     f"(max rel diff {w['max_rel_diff']:.2e})")
+    if report.get("onnx"):
+        o = report["onnx"]
+        lines.append(f"onnx: {o['path']} (signature {o['signature']}, opset {o['opset']}, {len(o['ops'])} op types); "
+                     f"onnxruntime max rel diff {o['max_rel_diff']:.2e}")
     lines.append("seconds per stage: " + ", ".join(f"{k} {v:.3f}" for k, v in report["timing_s"].items()))
     return "\n".join(lines)
 
 
-def main(args: list[str]) -> int:
-    if len(args) != 1:
-        raise errors.BadInput("convert takes exactly one SAVED_MODEL_DIR (or zoo:NAME); got "
-                              + (" ".join(args) if args else "none"))
-    if not FLAGS.output_dir:
-        raise errors.BadInput("--output_dir is required")
-    src = args[0]
-    if not src.startswith("zoo:") and not os.path.exists(src):
-        raise errors.MissingPath(f"no such file or directory: {src}")
-    if os.path.abspath(src) == os.path.abspath(FLAGS.output_dir):
-        raise errors.OutputExists("--output_dir must differ from the input SavedModel (the input is never touched)")
-    from tensat_tf.convert import Options, convert   # imports TensorFlow: after the cheap checks
+def options_from_flags(**extra):
+    """convert.Options from the flags (shared by `convert` and the workers of `batch`); imports TensorFlow."""
+    from tensat_tf.convert import Options
     try:
         batch_sizes = tuple(int(b) for b in FLAGS.verify_batch_sizes)
     except ValueError:
         raise errors.BadInput(f"--verify_batch_sizes must be integers: {FLAGS.verify_batch_sizes}") from None
-    options = Options(signatures=FLAGS.signatures, overwrite=FLAGS.overwrite, canonicalize=FLAGS.canonicalize,
-                      verify_batch_sizes=batch_sizes, seed=FLAGS.seed, rtol=FLAGS.rtol,
-                      min_variable_elements=FLAGS.min_variable_elements, tags=FLAGS.tags,
-                      engine=engine_flags.engine_options(), profile=FLAGS.profile,
-                      profile_batch_size=FLAGS.profile_batch_size)
-    report = convert(src, FLAGS.output_dir, options)
-    report_path = FLAGS.report or os.path.abspath(FLAGS.output_dir).rstrip("/") + ".report.json"
+    return Options(signatures=FLAGS.signatures, overwrite=FLAGS.overwrite, canonicalize=FLAGS.canonicalize,
+                   verify_batch_sizes=batch_sizes, seed=FLAGS.seed, rtol=FLAGS.rtol,
+                   min_variable_elements=FLAGS.min_variable_elements, tags=FLAGS.tags,
+                   engine=engine_flags.engine_options(), profile=FLAGS.profile,
+                   profile_batch_size=FLAGS.profile_batch_size, **extra)
+
+
+def default_report_path(output_dir: str) -> str:
+    return os.path.abspath(output_dir).rstrip("/") + ".report.json"
+
+
+def write_report(report: dict, report_path: str) -> None:
     tmp = report_path + ".tmp"
     with open(tmp, "w") as f:
         json.dump(report, f, indent=1, sort_keys=True, default=str)
     os.replace(tmp, report_path)
+
+
+def main(args: list[str]) -> int:
+    from tensat_tf.progress import Progress
+    src, output_dir, serving_mode = deploy_flags.paths(args)
+    if not src.startswith("zoo:") and not os.path.exists(src):
+        raise errors.MissingPath(f"no such file or directory: {src}")
+    if os.path.abspath(src) == os.path.abspath(output_dir):
+        raise errors.OutputExists("--output_dir must differ from the input SavedModel (the input is never touched)")
+    from tensat_tf.convert import convert   # imports TensorFlow: after the cheap checks
+    with Progress(FLAGS.progress, prefix="tensat_tf: ") as progress:
+        options = options_from_flags(**deploy_flags.options(output_dir, serving_mode, progress.stage))
+        report = convert(src, output_dir, options)
+    report_path = FLAGS.report or default_report_path(output_dir)
+    write_report(report, report_path)
     print(_table(report))
-    print(f"wrote {FLAGS.output_dir} and report {report_path}", file=sys.stderr)
+    print(f"wrote {output_dir} and report {report_path}", file=sys.stderr)
     return 0

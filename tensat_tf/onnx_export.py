@@ -1,0 +1,158 @@
+"""`--emit_onnx`: the optimized signature as ONNX, through tf2onnx, checked against the written SavedModel.
+
+Where the file goes: `OUT.onnx`, a sibling of the SavedModel folder OUT (like the report, `OUT.report.json`), not a
+file inside it. Reasons:
+  - TF Serving and SavedModel loaders never look beside a version folder, and in serving mode `BASE/<n>.onnx` is not
+    a number, so TF Serving ignores it;
+  - inside OUT (even under assets.extra/) the ONNX copy of the weights would be shipped to every TF Serving host
+    that syncs the version folder, and the writer copies assets.extra/ from source to output, so a later
+    conversion of that version would carry a stale model.onnx into the next one.
+The ONNX model is converted from the optimized, frozen GraphDef of one signature (`--onnx_signature`, default
+`serving_default`, or the only signature), with the signature's input and output keys as ONNX names and unknown
+dims kept dynamic. It is written to a temporary file beside OUT, run with onnxruntime on verification's seeded
+inputs (every batch size) and compared with the staged SavedModel's signature: max relative difference within the
+verification tolerance (1e-5 for float32). Only when the check passes and the SavedModel is published is the file
+renamed to OUT.onnx; otherwise nothing is written.
+"""
+from __future__ import annotations
+
+import os
+import tempfile
+from collections import Counter
+from typing import Optional, Sequence
+
+from tensat_tf import errors
+
+OPSET = 17
+
+
+def onnx_path(output_dir: str) -> str:
+    return os.path.abspath(output_dir).rstrip("/") + ".onnx"
+
+
+def check_target(output_dir: str, overwrite: bool) -> None:
+    path = onnx_path(output_dir)
+    if os.path.exists(path) and not overwrite:
+        raise errors.OutputExists(f"ONNX output exists: {path} (use --overwrite)")
+
+
+def pick_signature(names: Sequence[str], wanted: Optional[str]) -> str:
+    if wanted:
+        if wanted not in names:
+            raise errors.UnknownName(f"--onnx_signature {wanted!r} is not among the converted signatures: "
+                                     f"{', '.join(sorted(names))}")
+        return wanted
+    if "serving_default" in names:
+        return "serving_default"
+    if len(names) == 1:
+        return next(iter(names))
+    raise errors.BadInput(f"--emit_onnx: several signatures and no serving_default; pick one with --onnx_signature "
+                          f"({', '.join(sorted(names))})")
+
+
+def _rename_io(model, renames: dict[str, str]) -> None:
+    """Rename graph inputs/outputs (tensor names like `x:0`) to signature keys, unless a key is already a name."""
+    g = model.graph
+    taken = {i.name for i in g.initializer} | {o for n in g.node for o in n.output} | {i.name for i in g.input}
+    renames = {old: new for old, new in renames.items() if old != new}
+    if len(set(renames.values())) != len(renames) or set(renames.values()) & (taken - set(renames)):
+        return
+    for vi in list(g.input) + list(g.output) + list(g.value_info):
+        vi.name = renames.get(vi.name, vi.name)
+    for node in g.node:
+        for i, name in enumerate(node.input):
+            node.input[i] = renames.get(name, name)
+        for i, name in enumerate(node.output):
+            node.output[i] = renames.get(name, name)
+
+
+def convert_signature(sig, graph_def, opset: int = OPSET):
+    """ONNX ModelProto of one signature's (optimized, frozen) GraphDef, with signature keys as I/O names."""
+    import tf2onnx
+    from tensorflow.python.util import deprecation
+    ins, outs = [s.tensor for s in sig.inputs], [s.tensor for s in sig.outputs]
+    try:
+        with deprecation.silence():
+            model, _ = tf2onnx.convert.from_graph_def(graph_def, input_names=ins, output_names=outs, opset=opset)
+    except Exception as e:  # noqa: BLE001 - tf2onnx raises anything; the CLI wants one line
+        first = (str(e).strip().splitlines() or [""])[0]
+        raise errors.ExportFailed(f"tf2onnx could not convert signature {sig.name}: {type(e).__name__}: {first}")
+    _rename_io(model, {s.tensor: s.key for s in sig.inputs} | {s.tensor: s.key for s in sig.outputs})
+    return model
+
+
+def check(model_bytes: bytes, sig, reference_fn, batch_sizes: Sequence[int], seed: int, tolerances: dict) -> dict:
+    """Run the ONNX model with onnxruntime on verification's inputs and compare with reference_fn (the SavedModel)."""
+    try:
+        import onnxruntime as ort
+    except ImportError:
+        raise errors.ExportFailed("--emit_onnx checks the ONNX file with onnxruntime, which is not installed "
+                                  "(pip install 'tensat_tf[onnx]')") from None
+
+    from tensat_tf import verify
+    sess = ort.InferenceSession(model_bytes, providers=["CPUExecutionProvider"])
+    in_names = {i.name for i in sess.get_inputs()}
+    out_names = {o.name for o in sess.get_outputs()}
+    # ONNX names are the signature keys, or the frozen tensor names when renaming was not possible (_rename_io)
+    by_key_in = {s.key: s.key if s.key in in_names else s.tensor for s in sig.inputs}
+    by_key_out = {s.key: s.key if s.key in out_names else s.tensor for s in sig.outputs}
+    per, worst = {}, 0.0
+    for b in batch_sizes:
+        feeds = verify.random_inputs(sig.inputs, b, seed + b)
+        ref = reference_fn(**feeds)
+        got = sess.run([by_key_out[s.key] for s in sig.outputs], {by_key_in[k]: v.numpy() for k, v in feeds.items()})
+        for spec, value in zip(sig.outputs, got):
+            tol = tolerances.get(f"{sig.name}/{spec.key}", verify.DEFAULT_RTOL.get(spec.dtype, 1e-5))
+            max_abs, max_rel, ok = verify.compare(ref[spec.key].numpy(), value, spec.dtype, tol)
+            per[f"{spec.key}@{b}"] = {"max_abs_diff": max_abs, "max_rel_diff": max_rel, "tolerance": tol, "passed": ok}
+            worst = max(worst, max_rel)
+            if not ok:
+                raise errors.ExportFailed(
+                    f"ONNX check: {sig.name}/{spec.key} at batch {b} differs from the SavedModel under onnxruntime "
+                    f"(max relative difference {max_rel:.3g} > {tol:.3g}); nothing was written")
+    return {"max_rel_diff": worst, "per_output": per, "onnxruntime": ort.__version__}
+
+
+class Pending:
+    """The checked ONNX file in its temporary place beside OUT: commit() renames it to OUT.onnx, discard() removes
+    it (call both from a finally: discard after commit does nothing)."""
+
+    def __init__(self, tmp: str, final: str):
+        self.tmp, self.final = tmp, final
+
+    def commit(self) -> None:
+        from tensat_tf.serving import normal_permissions
+        normal_permissions(self.tmp)
+        os.replace(self.tmp, self.final)
+
+    def discard(self) -> None:
+        if os.path.exists(self.tmp):
+            os.remove(self.tmp)
+
+
+def emit(output_dir: str, staged: str, model, graphs: dict, batch_sizes: Sequence[int], seed: int,
+         signature: Optional[str], tolerances: dict) -> tuple[Pending, dict]:
+    """Convert, write to a temporary file beside OUT, check against the staged SavedModel (loaded back)."""
+    import tensorflow as tf
+    name = pick_signature(list(graphs), signature)
+    sig = model.signatures[name]
+    onnx_model = convert_signature(sig, graphs[name])
+    data = onnx_model.SerializeToString()
+    final = onnx_path(output_dir)
+    fd, tmp = tempfile.mkstemp(prefix=".tensat_tf-", suffix=".onnx", dir=os.path.dirname(final))
+    pending = Pending(tmp, final)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        loaded = tf.saved_model.load(staged)      # keep it referenced: its variables live as long as it does
+        result = check(data, sig, loaded.signatures[name], batch_sizes, seed, tolerances)
+    except BaseException:
+        pending.discard()
+        raise
+    import onnx
+    entry = {"path": final, "signature": name, "opset": OPSET, "bytes": len(data),
+             "inputs": [i.name for i in onnx_model.graph.input], "outputs": [o.name for o in onnx_model.graph.output],
+             "ops": dict(sorted(Counter(n.op_type for n in onnx_model.graph.node).items())),
+             "onnx": onnx.__version__, **result}
+    return pending, entry
+
