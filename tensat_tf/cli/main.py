@@ -13,17 +13,21 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 from absl import app, flags, logging  # noqa: E402
 
-from tensat_tf.cli import (calibrate_cmd, convert_cmd, extract_cmd, profile_cmd,  # noqa: E402,F401  (their flags)
-                           rules_cmd)
+from tensat_tf.cli import (batch_cmd, calibrate_cmd, convert_cmd, extract_cmd,  # noqa: E402,F401  (their flags)
+                           profile_cmd, rules_cmd)
 
 COMMANDS = {"convert": convert_cmd, "extract": extract_cmd, "calibrate": calibrate_cmd, "rules": rules_cmd,
-            "profile": profile_cmd}
+            "profile": profile_cmd, "batch": batch_cmd}
 
 USAGE = """tensat_tf: TENSAT-style equality saturation for TensorFlow SavedModels.
 
   tensat_tf convert SAVED_MODEL_DIR|zoo:NAME --output_dir=OUT [--report=PATH] [--overwrite] [--signatures=a,b]
         [--rules=...] [--iterations=15] [--node_limit=50000] [--saturation_seconds=60] [--k_multi=1]
         [--method=ilp|greedy] [--ilp_seconds=10] [--cost_model=analytic|measured] [--batch_size=1]
+        [--emit_onnx [--onnx_signature=S]] [--warmup] [--noprogress]
+  tensat_tf convert [SRC] --model_base_path=BASE [--nowarmup]   (TF Serving: BASE/N -> BASE/N+1, warm-up records)
+  tensat_tf batch --input_glob=GLOB|zoo:NAME [...] --output_root=ROOT [--jobs=N] [--model_timeout=S]
+        [--model_memory_mb=MB] [convert's flags]   (one worker per model; resumable; one JSON line per model)
   tensat_tf extract EGRAPH.json [--method=greedy|ilp] [--ilp_seconds=N] [--solver=auto|cbc|highs]
   tensat_tf profile SAVED_MODEL_DIR|zoo:NAME [--xla] [--batch_size=N]   (latency per signature)
   tensat_tf rules [--rules=...] [--disable_rules=...] [--rules_file=F]   (one line per rule)

@@ -1,0 +1,66 @@
+"""`tensat_tf batch --input_glob=GLOB --output_root=ROOT [--jobs=N]`: convert many models, one worker each.
+
+Every flag of `convert` (engine, verification, --profile, --emit_onnx, --warmup, ...) applies to each model; give
+them on the command line or in a --flagfile. See tensat_tf/batch.py for the process model, limits and resuming.
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+
+from absl import flags
+
+from tensat_tf import errors
+
+FLAGS = flags.FLAGS
+flags.DEFINE_multi_string("input_glob", [], "SavedModel folders to convert: a glob (quote it; every matched folder "
+                                            "is a model) or zoo:NAME; repeat the flag for more. A model's name is "
+                                            "its path below the glob's fixed prefix ('/m/*/1' -> 'bert/1').")
+flags.DEFINE_string("output_root", None, "Each model is written to OUTPUT_ROOT/<name>, its report to "
+                                         "OUTPUT_ROOT/<name>.report.json.")
+flags.DEFINE_integer("jobs", 1, "Models converted at once (one worker process each).")
+flags.DEFINE_float("model_timeout", 3600.0, "Per-model wall-clock limit in seconds (0: none); the worker and its "
+                                            "subprocesses are killed past it.")
+flags.DEFINE_integer("model_memory_mb", 16384, "Per-model address-space limit (RLIMIT_AS) in MiB (0: none). "
+                                               "TensorFlow alone reserves about 2 GiB of address space.")
+flags.DEFINE_integer("worker_threads", 0, "TF intra/inter-op threads per worker (0: cores / jobs).")
+
+# flags of the batch itself (or absl's) that do not go to the workers
+_NOT_FOR_WORKERS = {"input_glob", "output_root", "jobs", "model_timeout", "model_memory_mb", "worker_threads",
+                    "flagfile", "undefok", "progress", "model_base_path", "output_dir", "report"}
+
+
+def worker_flags() -> dict:
+    """The flags given to this run (command line or flagfile) that each worker applies."""
+    return {name: FLAGS[name].value for name in FLAGS if FLAGS[name].present and name not in _NOT_FOR_WORKERS}
+
+
+def main(args: list[str]) -> int:
+    if args:
+        raise errors.BadInput("batch takes no positional arguments (use --input_glob); got " + " ".join(args))
+    if not FLAGS.input_glob:
+        raise errors.BadInput("--input_glob is required")
+    if not FLAGS.output_root:
+        raise errors.BadInput("--output_root is required")
+    if FLAGS.model_base_path or FLAGS.output_dir or FLAGS.report:
+        raise errors.BadInput("batch writes OUTPUT_ROOT/<name> and its report; --model_base_path, --output_dir and "
+                              "--report apply to convert only")
+    if FLAGS.jobs < 1 or FLAGS.model_timeout < 0 or FLAGS.model_memory_mb < 0 or FLAGS.worker_threads < 0:
+        raise errors.BadInput("--jobs must be >= 1; --model_timeout, --model_memory_mb, --worker_threads >= 0")
+    from tensat_tf import batch
+    from tensat_tf.progress import Progress
+    os.makedirs(FLAGS.output_root, exist_ok=True)
+    jobs = batch.discover(FLAGS.input_glob, FLAGS.output_root)
+    t0 = time.monotonic()
+    with Progress(FLAGS.progress, prefix="tensat_tf: ") as progress:
+        lines = batch.run(jobs, worker_flags(), n_jobs=FLAGS.jobs, timeout_s=FLAGS.model_timeout or None,
+                          memory_mb=FLAGS.model_memory_mb, threads=FLAGS.worker_threads or None,
+                          on_result=lambda line: progress.print(json.dumps(line)), progress=progress)
+    print(batch.table(lines, time.monotonic() - t0), file=sys.stderr)
+    bad = [v for v in lines if v["status"] not in batch.GOOD]
+    if bad:
+        raise errors.BatchFailed(f"{len(bad)} of {len(lines)} models did not convert: "
+                                 + ", ".join(f"{v['model']} ({v['status']})" for v in bad))
+    return 0
