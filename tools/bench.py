@@ -141,7 +141,8 @@ def main(argv):
         for name in models:
             print(f"[{time.perf_counter() - t0:7.1f} s] {name}", file=sys.stderr)
             rows.append(bench_model(name, engine, batch_sizes, tmp))
-    command = "python tools/bench.py " + " ".join(argv[1:])
+    command = "python tools/bench.py " + " ".join(a for a in sys.argv[1:] if not a.startswith(("--out_json",
+                                                                                          "--markdown")))
     text = markdown(rows, command.strip()) + f"\n\nTotal benchmark time: {time.perf_counter() - t0:.0f} s.\n"
     print(text)
     if FLAGS.markdown:
