@@ -316,3 +316,11 @@ def table(lines: Sequence[dict], seconds: float) -> str:
         counts[v["status"]] = counts.get(v["status"], 0) + 1
     rows.append(f"{len(lines)} models in {seconds:.1f} s: " + ", ".join(f"{n} {k}" for k, n in counts.items()))
     return "\n".join(rows)
+
+
+def raise_if_failed(lines: Sequence[dict]) -> None:
+    """After the table: the one-line error (exit code 40) naming every model that did not convert."""
+    bad = [v for v in lines if v["status"] not in GOOD]
+    if bad:
+        raise errors.BatchFailed(f"{len(bad)} of {len(lines)} models did not convert: "
+                                 + ", ".join(f"{v['model']} ({v['status']})" for v in bad))

@@ -59,8 +59,5 @@ def main(args: list[str]) -> int:
                           memory_mb=FLAGS.model_memory_mb, threads=FLAGS.worker_threads or None,
                           on_result=lambda line: progress.print(json.dumps(line)), progress=progress)
     print(batch.table(lines, time.monotonic() - t0), file=sys.stderr)
-    bad = [v for v in lines if v["status"] not in batch.GOOD]
-    if bad:
-        raise errors.BatchFailed(f"{len(bad)} of {len(lines)} models did not convert: "
-                                 + ", ".join(f"{v['model']} ({v['status']})" for v in bad))
+    batch.raise_if_failed(lines)
     return 0
