@@ -24,7 +24,7 @@ flags.DEFINE_integer("jobs", 1, "Models converted at once (one worker process ea
 flags.DEFINE_float("model_timeout", 3600.0, "Per-model wall-clock limit in seconds (0: none); the worker and its "
                                             "subprocesses are killed past it.")
 flags.DEFINE_integer("model_memory_mb", 16384, "Per-model address-space limit (RLIMIT_AS) in MiB (0: none). "
-                                               "TensorFlow alone reserves about 2 GiB of address space.")
+                                               "Importing TensorFlow alone maps about 1.5 GiB.")
 flags.DEFINE_integer("worker_threads", 0, "TF intra/inter-op threads per worker (0: cores / jobs).")
 
 # flags of the batch itself (or absl's) that do not go to the workers
