@@ -53,6 +53,8 @@ def _fixed_prefix(pattern: str) -> str:
         if glob.has_magic(part):
             break
         fixed.append(part)
+    if not fixed:
+        return os.curdir
     return os.sep.join(fixed) if fixed != [""] else os.sep
 
 

@@ -74,8 +74,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         from apache_beam.options.pipeline_options import PipelineOptions
         if not fl["verbosity"].present:
             logging.getLogger().setLevel(logging.WARNING)     # Beam's INFO chatter is not for users
-        os.makedirs(fl.output_root, exist_ok=True)
         jobs = batch.discover(fl.input_glob, fl.output_root)
+        os.makedirs(fl.output_root, exist_ok=True)
         t0 = time.monotonic()
         with beam.Pipeline(options=PipelineOptions(rest[1:])) as p:
             build(p, jobs, batch_cmd.worker_flags(), fl.output_root, fl.model_timeout or None, fl.model_memory_mb,

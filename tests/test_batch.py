@@ -76,7 +76,7 @@ def test_batch_memory_limit(models, tmp_path):
     assert not os.path.exists(tmp_path / "mlp")
 
 
-def test_discover_names(tmp_path):
+def test_discover_names(tmp_path, monkeypatch):
     for p in ["a/1", "a/2", "b/1", "c"]:
         os.makedirs(tmp_path / "m" / p)
     (tmp_path / "m" / "file").write_text("")
@@ -88,6 +88,8 @@ def test_discover_names(tmp_path):
     assert [j.name for j in batch.discover([f"{tmp_path}/m/c"], "/out")] == ["c"]
     with pytest.raises(errors.MissingPath):
         batch.discover([f"{tmp_path}/nothing*"], "/out")
+    monkeypatch.chdir(tmp_path / "m")
+    assert [j.name for j in batch.discover(["*"], "/out")] == ["a", "b", "c"]
     with pytest.raises(errors.BadInput, match="same output name"):
         batch.discover([f"{tmp_path}/m/a/*", f"{tmp_path}/m/b/*"], "/out")
 

@@ -51,8 +51,8 @@ def main(args: list[str]) -> int:
         raise errors.BadInput("--jobs must be >= 1; --model_timeout, --model_memory_mb, --worker_threads >= 0")
     from tensat_tf import batch
     from tensat_tf.progress import Progress
-    os.makedirs(FLAGS.output_root, exist_ok=True)
     jobs = batch.discover(FLAGS.input_glob, FLAGS.output_root)
+    os.makedirs(FLAGS.output_root, exist_ok=True)
     t0 = time.monotonic()
     with Progress(FLAGS.progress, prefix="tensat_tf: ") as progress:
         lines = batch.run(jobs, worker_flags(), n_jobs=FLAGS.jobs, timeout_s=FLAGS.model_timeout or None,
