@@ -50,11 +50,18 @@ def _percentile(xs, q):
     return xs[min(len(xs) - 1, int(q * (len(xs) - 1) + 0.5))]
 
 
-def _measure(fns: list, feeds: dict, blocks: int, runs: int, warmup: int) -> list[Latency]:
+BLOCK_SECONDS = 0.3     # with runs=None, calls per block are chosen so one block of the first model takes about this
+
+
+def _measure(fns: list, feeds: dict, blocks: int, runs, warmup: int) -> list[Latency]:
     import numpy as np
     for fn in fns:
         for _ in range(warmup):
             _force(fn(**feeds))
+    if runs is None:
+        t = time.perf_counter()
+        _force(fns[0](**feeds))
+        runs = max(3, min(RUNS, int(BLOCK_SECONDS / max(time.perf_counter() - t, 1e-6))))
     per_fn = [[] for _ in fns]
     medians = [[] for _ in fns]
     for _ in range(blocks):
@@ -131,9 +138,10 @@ class ProfileError(RuntimeError):
 
 
 def measure(paths: Sequence[str], signature: str, batch_size: int = 1, xla: bool = False, blocks: int = BLOCKS,
-            runs: int = RUNS, timeout_s: float = 900.0, onnx: Sequence[str] = ()) -> dict:
+            runs: Optional[int] = None, timeout_s: float = 900.0, onnx: Sequence[str] = ()) -> dict:
     """Time `signature` of each SavedModel in `paths` (interleaved, same inputs) in a fresh worker process, and each
-    ONNX model in `onnx` under ONNX Runtime (ORT_ENABLE_ALL, one thread) in the same blocks.
+    ONNX model in `onnx` under ONNX Runtime (ORT_ENABLE_ALL, one thread) in the same blocks. `runs` calls per block
+    (None: as many as fill BLOCK_SECONDS for the first model, between 3 and RUNS).
 
     -> {"device", "batch_size", "signature", "tf": [Latency json per path], "xla": [...] if xla,
         "onnxruntime": [...] if onnx}."""
