@@ -112,8 +112,10 @@ def rules_applied(g: EGraphData, exp, choice: dict, original: dict, ruleset) -> 
 class TensatPass:
     name = NAME
 
-    def __init__(self, options: EngineOptions = EngineOptions()):
+    def __init__(self, options: EngineOptions = EngineOptions(), progress=None):
+        """progress: optional callable taking one line of text (saturation iterations, extraction), for displays."""
         self.options = options
+        self.progress = progress or (lambda text: None)
         self.stats: Optional[TensatStats] = None
         self.ruleset = rules_mod.select(options.enable_rules, options.disable_rules, options.rules_files)
 
@@ -133,7 +135,7 @@ class TensatPass:
         ingest_mod.load(eg, ing)
         stats.typed_nodes, stats.opaque_nodes = len(ing.typed), len(ing.opaque)
         lap("ingest")
-        sat = saturate(eg, self.ruleset, o.budget)
+        sat = saturate(eg, self.ruleset, o.budget, progress=self.progress)
         stats.saturation = sat.to_json()
         stats.iterations, stats.stop_reason = len(sat.iterations), sat.stop_reason.value
         lap("saturate")
@@ -161,6 +163,7 @@ class TensatPass:
             stats.extraction = ex
             stats.kept_input = "no rules"
             return graph_def
+        self.progress(f"extracting from {g.num_nodes} e-nodes ({o.method}, at most {o.ilp_seconds:g} s)")
         try:
             res = extract(g, o.method, o.ilp_seconds, o.solver)
         except NoExtraction as e:

@@ -151,7 +151,7 @@ def convert(src: str, output_dir: str, options: Options = Options()) -> dict:
     graphs = {}
     for i, (name, sig) in enumerate(sorted(model.signatures.items())):
         stage(f"optimizing signature {name} ({i + 1}/{len(model.signatures)}): canonicalize, saturate, extract")
-        tensat_pass = TensatPass(options.engine)
+        tensat_pass = TensatPass(options.engine, progress=lambda text, name=name: stage(f"signature {name}: {text}"))
         passes = ([canonicalize] if options.canonicalize else []) + [tensat_pass]
         out, results = pipeline.run(sig.graph_def, sig.item, passes)
         for r in results:

@@ -6,8 +6,8 @@ anything else is printed and when the work ends. Anywhere else (a log file, a pi
 goes to absl logging at INFO (shown with --verbosity=0), one line per stage and at most one batch status line every
 `log_interval` seconds. `--noprogress` turns both off.
 
-The e-graph pass has no per-iteration callback (passes/tensat.py and tensat_tf/egraph/ belong to the engine); its
-stages show as "tensat" with the elapsed time ticking.
+The e-graph pass reports each saturation iteration (e-nodes, rules matched, bans) and the start of extraction as
+stages of their own, so a long saturation or ILP shows where it is.
 """
 from __future__ import annotations
 

@@ -98,8 +98,9 @@ class Saturator:
     constructor with no e-node (Conv2D rules on BERT) cannot match, and with ~160 rules the per-rule cost of egglog's
     search dominates small graphs. The check is redone every iteration, since right sides add constructors."""
 
-    def __init__(self, eg, ruleset: RuleSet, budget: Budget):
+    def __init__(self, eg, ruleset: RuleSet, budget: Budget, progress=None):
         self.eg, self.rs, self.budget = eg, ruleset, budget
+        self.progress = progress or (lambda text: None)
         self.counter = 0
         self.updated = False
         self.loaded: set[str] = set()
@@ -201,6 +202,8 @@ class Saturator:
             stats.enodes = new_size
             stats.matches = {n: c for n, c in sorted(matches.items()) if c}
             iters.append(stats)
+            self.progress(f"saturation iteration {stats.index}: {new_size} e-nodes, {len(stats.matches)} rules "
+                          f"matched" + (f", banned {', '.join(stats.banned)}" if stats.banned else ""))
             last_secs, growth = stats.seconds, max(1.0, new_size / max(size, 1))
             if not active:
                 reason = StopReason.NODE_LIMIT
@@ -213,5 +216,6 @@ class Saturator:
         return SaturationResult(reason, iters, size0, size, banned, time.perf_counter() - t0)
 
 
-def saturate(eg, ruleset: RuleSet, budget: Budget = Budget()) -> SaturationResult:
-    return Saturator(eg, ruleset, budget).run()
+def saturate(eg, ruleset: RuleSet, budget: Budget = Budget(), progress=None) -> SaturationResult:
+    """progress: optional callable taking one line of text per iteration."""
+    return Saturator(eg, ruleset, budget, progress).run()
