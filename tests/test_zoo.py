@@ -19,7 +19,11 @@ SIGNATURES = {
     "lstm": KERAS_SIGNATURES,
     "mobilenet_v2": KERAS_SIGNATURES,
     "resnet50": KERAS_SIGNATURES,
+    "inception_v3": KERAS_SIGNATURES,
+    "vgg19": KERAS_SIGNATURES,
 }
+# Real Keras applications with BatchNorm (unfused: Rsqrt per BN); the other slow models have tests of their own.
+BN_APPLICATIONS = ["inception_v3", "mobilenet_v2", "resnet50"]
 
 
 @pytest.fixture(scope="module")
@@ -60,6 +64,12 @@ def consumers_by_input(graph_def, op):
     return collections.Counter(n.input[0] for n in graph_def.node if n.op == op)
 
 
+def check_batch_of_one(loaded, name):
+    for key, fn in loaded.signatures.items():
+        for out_key, value in fn(**random_feeds(fn, batch=1)).items():
+            assert value.shape[0] == 1 and np.isfinite(value.numpy()).all(), f"{name}/{key}/{out_key}"
+
+
 def check_runs(loaded, name):
     assert set(loaded.signatures) == SIGNATURES.get(name, {"serving_default"})
     for key, fn in loaded.signatures.items():
@@ -76,6 +86,8 @@ def check_runs(loaded, name):
 def test_names_and_descriptions():
     assert zoo.NAMES == sorted(zoo.NAMES)
     assert {"mlp", "keras_cnn", "bert_tiny", "inception_block", "nasrnn", "lstm", "mobilenet_v2"} <= set(zoo.NAMES)
+    tensat_benchmarks = {"bert_taso", "nasrnn_taso", "resnext50", "nasnet_a", "inception_v3", "squeezenet", "vgg19"}
+    assert tensat_benchmarks <= set(zoo.NAMES)
     assert zoo.SLOW_NAMES <= set(zoo.NAMES)
     for name in zoo.NAMES:
         text = zoo.describe(name)
@@ -136,6 +148,11 @@ def test_signatures_run_with_finite_outputs(built, name):
 
 
 @pytest.mark.parametrize("name", FAST)
+def test_batch_of_one(built, name):
+    check_batch_of_one(built[name], name)
+
+
+@pytest.mark.parametrize("name", FAST)
 def test_weights_are_random(built, name):
     # Keras' defaults (zero bias, gamma 1, beta 0, mean 0, variance 1) would be folded away by Grappler.
     for fn in built[name].signatures.values():
@@ -147,7 +164,8 @@ def test_weights_are_random(built, name):
                 assert (values > 0).all(), v.name
 
 
-@pytest.mark.parametrize("name", ["keras_cnn", "bert_tiny"])  # the Keras path (with calibration) and a tf.Module
+# the Keras path (with calibration), tf.Modules, and a conv net of the shared raw layers (_layers)
+@pytest.mark.parametrize("name", ["keras_cnn", "bert_tiny", "squeezenet"])
 def test_build_is_deterministic(built, name, tmp_path):
     zoo.build(name, str(tmp_path / name))
     again, first = run_all(tf.saved_model.load(str(tmp_path / name))), run_all(built[name])
@@ -195,6 +213,17 @@ def test_nasrnn_ops(built):
     assert list(consumers_by_input(gd, "MatMul").values()).count(8) == 5
 
 
+def test_squeezenet_ops(built):
+    gd = frozen(built["squeezenet"].signatures["serving_default"])
+    ops = op_counts(gd)
+    # stem + 8 fires x (squeeze, expand 1x1, expand 3x3) + classifier, each Conv2D + BiasAdd + Relu
+    assert ops["Conv2D"] == ops["BiasAdd"] == ops["Relu"] == 26
+    assert ops["ConcatV2"] == 8 and ops["MaxPool"] == 3 and ops["Mean"] == 1
+    # in each fire the two expand convs read the squeezed tensor
+    assert sorted(consumers_by_input(gd, "Conv2D").values()).count(2) == 8
+    assert built["squeezenet"].signatures["serving_default"].structured_outputs["logits"].shape[-1] == 1000
+
+
 def test_keras_cnn_keeps_unfused_batchnorm(built):
     ops = op_counts(frozen(built["keras_cnn"].signatures["serving_default"]))
     assert ops["Conv2D"] == 2 and ops["DepthwiseConv2dNative"] == 1 and ops["Rsqrt"] == 3
@@ -208,13 +237,79 @@ def test_lstm_keeps_a_while_loop(built):
         assert gd.library.function  # the loop body and condition
 
 
-# --- slow: the real Keras applications --------------------------------------------------------------------------
+# --- slow: the real Keras applications and TENSAT's benchmark models --------------------------------------------
 
-@pytest.mark.slow
-@pytest.mark.parametrize("name", sorted(zoo.SLOW_NAMES))
-def test_keras_application(name, tmp_path):
+def build_slow(name, tmp_path):
+    """Build, load and run one slow model (batch 3 and batch 1): the loaded model and its frozen serving graph."""
     zoo.build(name, str(tmp_path / name))
     loaded = tf.saved_model.load(str(tmp_path / name))
     check_runs(loaded, name)
-    ops = op_counts(frozen(loaded.signatures["serving_default"]))
+    check_batch_of_one(loaded, name)
+    return loaded, frozen(loaded.signatures["serving_default"])
+
+
+SLOW_TESTS = {"bert_taso", "nasrnn_taso", "resnext50", "nasnet_a", "vgg19"}  # test_<name> below
+
+
+def test_every_slow_model_is_tested():
+    assert zoo.SLOW_NAMES == set(BN_APPLICATIONS) | SLOW_TESTS
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", BN_APPLICATIONS)
+def test_keras_application(name, tmp_path):
+    _, gd = build_slow(name, tmp_path)
+    ops = op_counts(gd)
     assert ops["Conv2D"] > 30 and ops["Rsqrt"] > 30 and ops["Softmax"] == 1
+
+
+@pytest.mark.slow
+def test_vgg19(tmp_path):
+    _, gd = build_slow("vgg19", tmp_path)
+    ops = op_counts(gd)
+    assert ops["Conv2D"] == 16 and ops["MaxPool"] == 5 and ops["MatMul"] == 1 and ops["Softmax"] == 1
+    assert "Rsqrt" not in ops
+
+
+@pytest.mark.slow
+def test_bert_taso(tmp_path):
+    _, gd = build_slow("bert_taso", tmp_path)
+    ops = op_counts(gd)
+    assert ops["MatMul"] == 8 * 6 + 1
+    assert ops["BatchMatMulV2"] == 8 * 2 and ops["Softmax"] == 8 and ops["Erf"] == 8 and ops["Rsqrt"] == 16
+    assert sorted(consumers_by_input(gd, "MatMul").values()).count(3) == 8  # Q, K, V read one tensor per layer
+
+
+@pytest.mark.slow
+def test_nasrnn_taso(tmp_path):
+    loaded, gd = build_slow("nasrnn_taso", tmp_path)
+    ops = op_counts(gd)
+    assert ops["MatMul"] == 5 * 16
+    # x_1..x_5 and the states after steps 1..4 each feed 8 MatMuls (the initial state is a weight, see nasrnn)
+    assert list(consumers_by_input(gd, "MatMul").values()).count(8) == 9
+    # every step has its own weights, as in TASO
+    assert len(loaded.signatures["serving_default"].variables) == 5 * 16 + 1
+
+
+@pytest.mark.slow
+def test_resnext50(tmp_path):
+    loaded, gd = build_slow("resnext50", tmp_path)
+    ops = op_counts(gd)
+    assert ops["Conv2D"] == ops["BiasAdd"] - 1 == 53 and ops["AddV2"] == 16 and ops["MatMul"] == 1
+    # the 16 grouped 3x3 convs: 32 groups, each filter sees cin / 32 input channels
+    grouped = [v.shape for v in loaded.signatures["serving_default"].variables
+               if v.shape.rank == 4 and v.shape[2] * 32 == v.shape[3]]
+    assert len(grouped) == 16 and all(s[:2] == [3, 3] for s in grouped)
+
+
+@pytest.mark.slow
+def test_nasnet_a(tmp_path):
+    _, gd = build_slow("nasnet_a", tmp_path)
+    ops = op_counts(gd)
+    cells, reductions = 3 * 5 + 3, 3
+    normal = cells - reductions
+    # 5 separable convs per cell (depthwise + pointwise), 2 input squeezes per cell, the stem
+    assert ops["DepthwiseConv2dNative"] == 5 * cells
+    assert ops["Conv2D"] == 5 * cells + 2 * cells + 1
+    assert ops["ConcatV2"] == cells and ops["AddV2"] == 5 * cells
+    assert ops["AvgPool"] == 3 * normal + 2 * reductions and ops["MaxPool"] == 2 * reductions + 1

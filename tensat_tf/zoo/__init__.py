@@ -23,10 +23,19 @@ _MODELS = {
     "lstm": "Keras 3 LSTM(32) over [None, 8, 16] + Dense(4); the frozen graph keeps a While loop",
     "mobilenet_v2": "keras.applications.MobileNetV2 224x224x3, alpha 1.0, random weights (slow: real application)",
     "resnet50": "keras.applications.ResNet50 224x224x3, random weights (slow: real application, ~200 MB on disk)",
+    # TENSAT's seven benchmark models (paper section 5), NHWC, random weights
+    "bert_taso": "raw-TF BERT as in TASO/TENSAT: seq 64, hidden 1024, 16 heads, 8 layers, FFN 4096 (slow, ~400 MB)",
+    "nasrnn_taso": "NasRNN as in TASO/TENSAT: hidden 512, 5 steps, per-step weights; input [None, 5, 512] (slow)",
+    "resnext50": "raw-TF ResNeXt-50 32x4d 224x224x3: grouped 3x3 Conv2D, blocks 3/4/6/3, BN folded (slow, ~100 MB)",
+    "nasnet_a": "raw-TF NasNet-A, TASO's 18 cells (separable convs, pools, adds, concats), C 64 at 160x160 (slow)",
+    "inception_v3": "keras.applications.InceptionV3 299x299x3, random weights (slow: real application)",
+    "squeezenet": "raw-TF SqueezeNet 1.1 224x224x3: 8 fire modules (squeeze 1x1, expand 1x1 | 3x3, concat)",
+    "vgg19": "keras.applications.VGG19 224x224x3, include_top=False + GAP + Dense(1000) head, random weights (slow)",
 }
 NAMES = sorted(_MODELS)
-# Real Keras applications: seconds to a minute to build; tests mark them slow.
-SLOW_NAMES = frozenset({"mobilenet_v2", "resnet50"})
+# More than ~10 s to build or to convert (real Keras applications, TENSAT's large benchmarks); tests mark them slow.
+SLOW_NAMES = frozenset({"mobilenet_v2", "resnet50", "inception_v3", "vgg19",
+                        "bert_taso", "nasrnn_taso", "resnext50", "nasnet_a"})
 
 
 class UnknownModel(ValueError):

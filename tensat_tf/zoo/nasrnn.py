@@ -14,6 +14,20 @@ STEPS, HIDDEN = 3, 64
 TERMS = 8
 
 
+def cell(x, h, wx, wh):
+    """TASO's nas_node: the TERMS products x @ wx[i] + h @ wh[i], mixed into the next state."""
+    t = [tf.matmul(x, a) + tf.matmul(h, b) for a, b in zip(wx, wh)]
+    s, th, relu = tf.math.sigmoid, tf.math.tanh, tf.nn.relu
+    m0 = relu(t[0]) + s(t[3])
+    m1 = s(t[1]) + th(t[2])
+    m2 = s(t[4]) * th(t[5])
+    m3 = s(t[6]) * relu(t[7])
+    m4 = s(m1) + th(m2)
+    m5 = th(m0) * th(m3)
+    m6 = th(m4) * th(m5)
+    return th(m6)
+
+
 class NasRNN(tf.Module):
     def __init__(self, seed: int):
         super().__init__(name="nasrnn")
@@ -23,23 +37,11 @@ class NasRNN(tf.Module):
         self.wh = [tf.Variable(he_normal(r, (HIDDEN, HIDDEN), 2 * HIDDEN, 1.0), name=f"wh_{i}") for i in range(TERMS)]
         self.h0 = tf.Variable(he_normal(r, (1, HIDDEN), 1, 1.0), name="initial_state")
 
-    def cell(self, x, h):
-        t = [tf.matmul(x, wx) + tf.matmul(h, wh) for wx, wh in zip(self.wx, self.wh)]
-        s, th, relu = tf.math.sigmoid, tf.math.tanh, tf.nn.relu
-        m0 = relu(t[0]) + s(t[3])
-        m1 = s(t[1]) + th(t[2])
-        m2 = s(t[4]) * th(t[5])
-        m3 = s(t[6]) * relu(t[7])
-        m4 = s(m1) + th(m2)
-        m5 = th(m0) * th(m3)
-        m6 = th(m4) * th(m5)
-        return th(m6)
-
     @tf.function(input_signature=[tf.TensorSpec([None, STEPS, HIDDEN], tf.float32, name="x")])
     def serve(self, x):
         h = self.h0
         for step in range(STEPS):
-            h = self.cell(x[:, step, :], h)
+            h = cell(x[:, step, :], h, self.wx, self.wh)
         return {"state": h}
 
 
