@@ -34,11 +34,14 @@ from absl import app, flags  # noqa: E402
 from tensat_tf.cli import engine_flags  # noqa: E402
 
 QUICK = ["bert_tiny", "inception_block", "nasrnn"]
-SUITE = ["bert_tiny", "inception_block", "nasrnn", "keras_cnn", "mobilenet_v2", "resnet50"]
+# TENSAT's benchmark models (NasNet-A and VGG-19 reduced, see tensat_tf/zoo) and the Keras applications
+SUITE = ["bert_tiny", "inception_block", "nasrnn", "keras_cnn", "squeezenet", "nasrnn_taso", "bert_taso", "resnext50",
+         "nasnet_a", "inception_v3", "vgg19", "resnet50", "mobilenet_v2"]
 
 flags.DEFINE_list("models", None, "Zoo models (default: the whole suite, or the quick set with --quick).")
 flags.DEFINE_bool("quick", False, f"Only {', '.join(QUICK)}.")
-flags.DEFINE_list("batch_sizes", ["1", "8"], "Batch sizes for unknown leading dimensions.")
+flags.DEFINE_list("batch_sizes", ["1", "4"], "Batch sizes for unknown leading dimensions (batch 1 and a serving "
+                                              "batch).")
 flags.DEFINE_bool("xla", True, "Also time under XLA jit.")
 flags.DEFINE_bool("onnx", True, "Also time the original under ONNX Runtime (via tf2onnx).")
 flags.DEFINE_string("out_json", None, "Write every number here.")
