@@ -46,6 +46,7 @@ flags.DEFINE_bool("xla", True, "Also time under XLA jit.")
 flags.DEFINE_bool("onnx", True, "Also time the original under ONNX Runtime (via tf2onnx).")
 flags.DEFINE_string("out_json", None, "Write every number here.")
 flags.DEFINE_string("markdown", None, "Write the markdown table here.")
+flags.DEFINE_string("from_json", None, "Only render the markdown table of an earlier run's --out_json file.")
 FLAGS = flags.FLAGS
 
 
@@ -55,7 +56,8 @@ def _tf2onnx(src: str, signature: str, out: str) -> str:
                           capture_output=True, text=True, timeout=900,
                           env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES=""))
     if proc.returncode != 0:
-        raise RuntimeError((proc.stderr.strip().splitlines() or ["tf2onnx failed"])[-1])
+        errs = [line for line in proc.stderr.splitlines() if "Error" in line or "error" in line]
+        raise RuntimeError(f"tf2onnx failed (exit {proc.returncode})" + (f": {errs[-1][:160]}" if errs else ""))
     return out
 
 
@@ -122,7 +124,8 @@ def markdown(rows: list, command: str) -> str:
                 xla_txt = (f"{xla[0]['ms']:.3f} -> {xla[2]['ms']:.3f} ({_ratio(xla[0]['ms'], xla[2]['ms']):.3f}x; "
                            f"{xla[0]['compile_s']:.2f} / {xla[2]['compile_s']:.2f})") if xla else "-"
                 ort = r.get("onnxruntime")
-                ort_txt = f"{ort[0]['ms']:.3f} ({_ratio(n, ort[0]['ms']):.2f})" if ort else e.get("onnx_error", "-")
+                ort_txt = (f"{ort[0]['ms']:.3f} ({_ratio(n, ort[0]['ms']):.2f})" if ort
+                           else _onnx_error(e.get("onnx_error")))
                 eg, ex = e["egraph"], e["extraction"]
                 lines.append(
                     f"| {label} | {b} | {o:.3f} | {n:.3f} | {_ratio(o, n):.3f}x | {_ratio(o, p):.3f}x | {xla_txt} "
@@ -133,12 +136,25 @@ def markdown(rows: list, command: str) -> str:
     return "\n".join(lines)
 
 
+def _onnx_error(err) -> str:
+    if not err:
+        return "-"
+    # runs before this check recorded the last stderr line of tf2onnx, which is not always the error
+    return err if err.startswith("tf2onnx failed") else "tf2onnx failed"
+
+
 def _tf_version() -> str:
     import tensorflow as tf
     return tf.__version__
 
 
 def main(argv):
+    if FLAGS.from_json:
+        with open(FLAGS.from_json) as f:
+            data = json.load(f)
+        rows, command = (data["rows"], data["command"]) if isinstance(data, dict) else (data, "python tools/bench.py")
+        print(markdown(rows, command))
+        return
     models = FLAGS.models or (QUICK if FLAGS.quick else SUITE)
     engine = engine_flags.engine_options()
     batch_sizes = [int(b) for b in FLAGS.batch_sizes]
@@ -157,7 +173,8 @@ def main(argv):
             f.write(text)
     if FLAGS.out_json:
         with open(FLAGS.out_json, "w") as f:
-            json.dump(rows, f, indent=1, default=str)
+            json.dump({"command": command.strip(), "seconds": round(time.perf_counter() - t0, 1), "rows": rows}, f,
+                      indent=1, default=str)
 
 
 if __name__ == "__main__":
