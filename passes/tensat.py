@@ -117,10 +117,12 @@ class TensatPass:
         self.options = options
         self.progress = progress or (lambda text: None)
         self.stats: Optional[TensatStats] = None
+        self.input_graph = None
         self.ruleset = rules_mod.select(options.enable_rules, options.disable_rules, options.rules_files)
 
     def optimize(self, graph_def, item: GrapplerItem):
         o = self.options
+        self.input_graph = graph_def           # what convert --profile falls back to
         stats = self.stats = TensatStats()
         t = time.perf_counter()
 

@@ -148,7 +148,7 @@ def convert(src: str, output_dir: str, options: Options = Options()) -> dict:
     t = lap("load_freeze", t)
 
     report = {"source": src, "output_dir": output_dir, "signatures": {}, "skipped_signatures": model.skipped}
-    graphs = {}
+    graphs, fallback = {}, {}
     for i, (name, sig) in enumerate(sorted(model.signatures.items())):
         stage(f"optimizing signature {name} ({i + 1}/{len(model.signatures)}): canonicalize, saturate, extract")
         tensat_pass = TensatPass(options.engine, progress=lambda text, name=name: stage(f"signature {name}: {text}"))
@@ -157,6 +157,10 @@ def convert(src: str, output_dir: str, options: Options = Options()) -> dict:
         for r in results:
             timing[r.name] = round(timing.get(r.name, 0.0) + r.seconds, 4)
         graphs[name] = out
+        # what a signature falls back to when --profile finds the rewrite not faster: the e-graph pass's input (the
+        # frozen original after Grappler's clean-up, which TF's runtime would run anyway). It shares the optimized
+        # graph's function library, so writing it again in this process registers no conflicting function.
+        fallback[name] = tensat_pass.input_graph if tensat_pass.input_graph is not None else out
         stats = tensat_pass.stats
         report["signatures"][name] = {
             "inputs": {s.key: {"dtype": s.dtype.name, "shape": s.shape} for s in sig.inputs},
@@ -184,10 +188,10 @@ def convert(src: str, output_dir: str, options: Options = Options()) -> dict:
             kept = _profile(path, staged, model, options, report)
             t = lap("profile", t)
             if kept:
-                # the optimized graph of these signatures is not faster beyond noise: write their original graphs
-                # instead, through the same writer and verification
+                # the optimized graph of these signatures is not faster beyond noise: write their graphs without the
+                # e-graph rewrites instead, through the same writer and verification
                 for name in kept:
-                    graphs[name] = model.signatures[name].graph_def
+                    graphs[name] = fallback[name]
                     report["signatures"][name]["nodes_after"] = len(graphs[name].node)
                     report["signatures"][name]["ops_after"] = _ops(graphs[name])
                 for entry in os.listdir(staged):
