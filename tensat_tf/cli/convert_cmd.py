@@ -22,8 +22,9 @@ flags.DEFINE_list("verify_batch_sizes", ["1", "4"], "Batch sizes used for unknow
 flags.DEFINE_integer("seed", 0, "Seed of the random verification inputs.")
 flags.DEFINE_float("rtol", None, "Max relative difference allowed in verification (default per dtype: 1e-5 float32).")
 flags.DEFINE_bool("profile", True, "Time original vs optimized (one thread, interleaved blocks, in a clean worker "
-                                   "process) and keep the original graph of any signature that is not faster beyond "
-                                   "noise. --noprofile skips it.")
+                                   "process) and write any signature that is not faster beyond noise without the "
+                                   "e-graph rewrites. The decision is a measurement: pass --noprofile for "
+                                   "byte-reproducible builds.")
 flags.DEFINE_integer("profile_batch_size", 1, "Batch size used for unknown leading dimensions when profiling.")
 flags.DEFINE_integer("min_variable_elements", 1024, "Constants with at least this many elements become variables.")
 
