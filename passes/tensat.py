@@ -20,7 +20,7 @@ from tensat_tf.egraph import export as export_mod
 from tensat_tf.egraph import ingest as ingest_mod
 from tensat_tf.egraph import language
 from tensat_tf.egraph.data import EGraphData
-from tensat_tf.egraph.saturate import Budget, saturate
+from tensat_tf.egraph.saturate import Budget, StopReason, saturate
 from tensat_tf.extract import NoExtraction, dag, extract
 from tensat_tf.item import GrapplerItem
 from tensat_tf.rules.compile import constructor_sorts
@@ -147,20 +147,20 @@ class TensatPass:
         stats.enodes, stats.eclasses = g.num_nodes, g.num_classes
         lap("export")
         original = emit_mod.original_nodes(ing, exp)
-        orig_choice = emit_mod.original_choice(ing, exp)
-        black = cycles.cycle_blacklist(g, set(original.values()))
+        orig_ids = set(original.values())
+        orig_choice = emit_mod.original_choice(ing, exp, original)
+        black = cycles.cycle_blacklist(g, orig_ids)
         stats.blacklisted = len(black)
         lap("cycles")
         model = cost_mod.get_model(o.cost_model, batch_size=o.batch_size)
         costs = model.costs(exp)
         if o.original_cost_factor != 1.0:
-            orig_ids = set(original.values())
             costs = [c * o.original_cost_factor + 1e-3 if i in orig_ids else c for i, c in enumerate(costs)]
         g = EGraphData(g.with_costs(costs).nodes, g.classes, g.roots, black)
         lap("cost")
         cost_before = dag.dag_cost(g, orig_choice)
         ex = {"method": o.method, "cost_before": round(cost_before, 6)}
-        if sat.stop_reason.value == "no_rules":
+        if sat.stop_reason == StopReason.NO_RULES:
             ex.update(method="original", status="optimal", cost_after=ex["cost_before"])
             stats.extraction = ex
             stats.kept_input = "no rules"

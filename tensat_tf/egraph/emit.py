@@ -289,9 +289,9 @@ def original_nodes(ing: Ingested, exp: Exported) -> dict[int, int]:
     return out
 
 
-def original_choice(ing: Ingested, exp: Exported) -> dict[int, int]:
+def original_choice(ing: Ingested, exp: Exported, original: Optional[dict[int, int]] = None) -> dict[int, int]:
     """The choice that reproduces the input graph: every let-bound class takes its original e-node (argument lists of
-    opaque nodes, which no rule touches, take their only e-node)."""
+    opaque nodes, which no rule touches, take their only e-node). `original`: original_nodes(ing, exp), if known."""
     g: EGraphData = exp.egraph
-    orig = original_nodes(ing, exp)
+    orig = original_nodes(ing, exp) if original is None else original
     return {c: orig.get(c, nodes[0]) for c, nodes in enumerate(g.classes) if nodes}

@@ -79,9 +79,13 @@ def _run(eg, text: str):
     return eg.run_program(*eg.parse_program(text))
 
 
-def _sizes(eg) -> int:
+def _function_sizes(eg) -> dict[str, int]:
     (out,) = _run(eg, "(print-size)")
-    return sum(n for name, n in out.sizes if name in TERM_FUNCTIONS)
+    return dict(out.sizes)
+
+
+def _enodes(sizes: dict[str, int]) -> int:
+    return sum(n for name, n in sizes.items() if name in TERM_FUNCTIONS)
 
 
 def _heads(e, out: set) -> set:
@@ -102,13 +106,8 @@ class Saturator:
         self.eg, self.rs, self.budget = eg, ruleset, budget
         self.progress = progress or (lambda text: None)
         self.counter = 0
-        self.updated = False
         self.loaded: set[str] = set()
         self.heads = {r.name: frozenset(set().union(*(_heads(src, set()) for src in r.sources))) for r in ruleset.rules}
-
-    def _present(self) -> set[str]:
-        (out,) = _run(self.eg, "(print-size)")
-        return {name for name, n in out.sizes if n > 0}
 
     def _load(self, names: list[str]) -> None:
         todo = [n for n in names if n not in self.loaded]
@@ -122,21 +121,20 @@ class Saturator:
         _run(self.eg, f"(unstable-combined-ruleset {name} {' '.join(ruleset_name(n) for n in names)})")
         return name
 
-    def _one(self, names: list[str]) -> dict:
-        """One iteration of `names` plus the analysis. -> matches per rule. May raise (egglog errors).
-
-        Sets self.updated: whether the iteration changed the e-graph (new e-nodes or unions)."""
+    def _one(self, names: list[str]) -> tuple[dict, bool]:
+        """One iteration of `names` plus the analysis. -> (matches per rule, whether the e-graph changed: new e-nodes
+        or unions). May raise (egglog errors)."""
         combined = self._combined(names)
         outs = _run(self.eg, f"(run-schedule (run {combined}))")
         matches: dict = {}
-        self.updated = False
+        updated = False
         for o in outs:
             if isinstance(o, bindings.RunScheduleOutput):
-                self.updated = self.updated or bool(o.report.updated)
+                updated = updated or bool(o.report.updated)
                 for k, v in o.report.num_matches_per_rule.items():
                     matches[k] = matches.get(k, 0) + int(v)
         L.run_shapes(self.eg)
-        return matches
+        return matches, updated
 
     def _culprits(self, names: list[str]) -> list[str]:
         """Rules that raise when run alone (each in its own push/pop)."""
@@ -154,7 +152,8 @@ class Saturator:
     def run(self) -> SaturationResult:
         b = self.budget
         t0 = time.perf_counter()
-        size0 = size = _sizes(self.eg)
+        sizes = _function_sizes(self.eg)
+        size0 = size = _enodes(sizes)
         banned: list[str] = []
         iters: list[IterationStats] = []
         if not self.rs.rules:
@@ -162,7 +161,7 @@ class Saturator:
         last_secs, growth = 0.0, 1.0
         reason = StopReason.ITERATION_LIMIT
         for k in range(b.iterations):
-            present = self._present()
+            present = {name for name, n in sizes.items() if n > 0}
             active = [r.name for r in self.rs.rules if r.name not in banned and (not r.multi or k < b.k_multi)
                       and self.heads[r.name] <= present]
             if not active:
@@ -177,7 +176,7 @@ class Saturator:
             while active:
                 _run(self.eg, "(push)")
                 try:
-                    matches = self._one(active)
+                    matches, updated = self._one(active)
                 except Exception:  # noqa: BLE001
                     _run(self.eg, "(pop)")
                     stats.rolled_back += 1
@@ -186,7 +185,8 @@ class Saturator:
                         stats.banned.append(n)
                     active = [n for n in active if n not in banned]
                     continue
-                new_size = _sizes(self.eg)
+                sizes = _function_sizes(self.eg)
+                new_size = _enodes(sizes)
                 if new_size > b.node_limit:
                     _run(self.eg, "(pop)")
                     stats.rolled_back += 1
@@ -197,7 +197,7 @@ class Saturator:
                     continue
                 break
             else:
-                matches, new_size = {}, size
+                matches, new_size, updated = {}, size, False
             stats.seconds = round(time.perf_counter() - ti, 4)
             stats.enodes = new_size
             stats.matches = {n: c for n, c in sorted(matches.items()) if c}
@@ -208,7 +208,7 @@ class Saturator:
             if not active:
                 reason = StopReason.NODE_LIMIT
                 break
-            if not self.updated and not stats.rolled_back:
+            if not updated and not stats.rolled_back:
                 reason = StopReason.SATURATED
                 size = new_size
                 break
