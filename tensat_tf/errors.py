@@ -42,6 +42,22 @@ class UnknownName(BadInput):
     exit_code = 16
 
 
+class UnsafeOps(BadInput):
+    """The model holds ops with effects outside the graph (files, network, processes, debug output); refused before
+    anything runs unless the user allows them by name (--allow_ops)."""
+    exit_code = 17
+
+
+class UnsafeAsset(BadInput):
+    """assets/ or assets.extra/ holds a link that leaves the SavedModel folder, or a special file."""
+    exit_code = 18
+
+
+class OriginalFails(BadInput):
+    """TF itself cannot run the original model here (e.g. a kernel this CPU lacks), so nothing can be verified."""
+    exit_code = 19
+
+
 class VerificationFailed(TensatError):
     exit_code = 20
 
@@ -60,6 +76,11 @@ class BatchFailed(TensatError):
     exit_code = 40
 
 
+class Interrupted(TensatError):
+    """Ctrl-C (SIGINT) or SIGTERM: staging removed, nothing written; 128 + SIGINT as shells report it."""
+    exit_code = 130
+
+
 EXIT_CODES = {cls.__name__: cls.exit_code for cls in (
     MissingPath, NotASavedModel, CorruptSavedModel, BadVariables, OutputExists, UnsupportedSignature, UnknownName,
-    VerificationFailed, ExportFailed, InternalError, BatchFailed)}
+    UnsafeOps, UnsafeAsset, OriginalFails, VerificationFailed, ExportFailed, InternalError, BatchFailed, Interrupted)}
