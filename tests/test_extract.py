@@ -16,7 +16,7 @@ import pytest
 
 from tensat_tf.cli import extract as cli
 from tensat_tf.egraph.data import EGraphData, ENode
-from tensat_tf.extract import NoExtraction, dag, extract, greedy, ilp, serialized, solvers
+from tensat_tf.extract import NoExtraction, bound, dag, extract, greedy, ilp, serialized, solvers
 
 DATA = "/work/shared/data/egraphs"
 SOLVERS = ["cbc"] + (["highs"] if solvers.highs_available() else [])
@@ -124,11 +124,57 @@ def test_ilp_matches_brute_force_on_random_cyclic_egraphs(acyclicity, short_cycl
         except NoExtraction:
             assert best == float("inf")
             continue
-        res = ilp.solve_ilp(eg, start, 10, SOLVERS[-1], acyclicity=acyclicity, short_cycles=short_cycles)
+        # rel_gap=0: the exact optimum, not one within the default 1 %.
+        res = ilp.solve_ilp(eg, start, 10, SOLVERS[-1], acyclicity=acyclicity, short_cycles=short_cycles, rel_gap=0.0)
         assert dag.is_valid(eg, res.choice)
         assert res.status == "optimal", (eg, res)           # the ILP's own answer, not the greedy fallback
         assert dag.dag_cost(eg, res.choice) == pytest.approx(best), (eg, res)
         assert dag.dag_cost(eg, start) >= best - 1e-9
+        checked += 1
+
+
+# Classes: 0 = input, 1 = X, 2 = S = split(M), 3 = M, 4 = root r(X). X is conv(input) (2) or split0(S); M is
+# mconv(input) (3) or concat(X, X), free. The cheapest choice, r(split0(split(concat(X, X)))) = 1, is the identity
+# cycle X -> S -> M -> X; the acyclic optimum is r(conv(input)) = 3, and the chain bound 1 + 2 proves it.
+IDENTITY_CYCLE = [("in", 0, (), 0.0), ("conv", 1, (0,), 2.0), ("split0", 1, (2,), 0.0), ("split", 2, (3,), 0.0),
+                  ("mconv", 3, (0,), 3.0), ("concat", 3, (1, 1), 0.0), ("r", 4, (1,), 1.0)]
+
+
+def test_path_bound_proves_the_greedy_optimal_through_an_identity_cycle():
+    eg = egraph(IDENTITY_CYCLE, [4])
+    assert dag.dag_cost(eg, {4: 6, 1: 2, 2: 3, 3: 5}) == pytest.approx(1.0)      # the cyclic choice
+    assert bound.class_lower_bounds(eg) == {0: 0.0, 1: 2.0, 2: 2.0, 3: 2.0, 4: 3.0}
+    assert bound.path_lower_bound(eg) == pytest.approx(3.0)
+    res = ilp.solve_ilp(eg, greedy.greedy_choice(eg), 10, SOLVERS[-1])
+    assert res.iterations == 0 and res.status == "optimal"           # proven without any solver call
+    assert res.bound == pytest.approx(3.0) and res.gap == pytest.approx(0.0)
+    assert res.choice == {0: 0, 1: 1, 4: 6}
+    r = extract(eg, method="ilp", ilp_seconds=10)
+    assert r.bound == pytest.approx(3.0) and r.dag_cost == pytest.approx(3.0) and r.status == "optimal"
+    assert extract(eg, method="greedy").bound is None
+
+
+def test_path_bound_is_none_when_a_root_cannot_be_computed():
+    assert bound.path_lower_bound(egraph(CYCLIC, [3], blacklist={2, 4})) is None
+
+
+def test_bounds_never_exceed_the_true_optimum_on_random_cyclic_egraphs():
+    """Soundness: the path bound and the ILP's reported bound are lower bounds of the acyclic problem."""
+    rng = random.Random(11)
+    checked = 0
+    while checked < 40:
+        eg = _random_egraph(rng)
+        best = brute_force(eg)
+        if best == float("inf"):
+            assert bound.path_lower_bound(eg) is None
+            continue
+        assert bound.path_lower_bound(eg) <= best + 1e-9
+        for acyclicity in ("order", "lazy"):
+            res = ilp.solve_ilp(eg, greedy.greedy_choice(eg), 10, SOLVERS[-1], acyclicity=acyclicity)
+            assert res.bound is not None and res.bound <= best + 1e-9, (eg, res)
+            assert dag.dag_cost(eg, res.choice) <= (best + 1e-9) / (1 - ilp.REL_GAP)
+            assert res.gap == pytest.approx((dag.dag_cost(eg, res.choice) - res.bound) / dag.dag_cost(eg, res.choice)
+                                            if dag.dag_cost(eg, res.choice) > 0 else 0.0)
         checked += 1
 
 
@@ -158,7 +204,7 @@ def test_cli_prints_one_json_line_and_rejects_bad_files(tmp_path, capsys):
     assert len(out) == 1
     row = json.loads(out[0])
     assert set(row) == {"file", "enodes", "eclasses", "dag_cost", "greedy_dag_cost", "method", "status", "seconds",
-                        "acyclic", "gap", "solver"}
+                        "acyclic", "gap", "bound", "solver"}
     assert row["dag_cost"] == 1.0 and row["acyclic"] is True and row["status"] == "optimal"
 
     bad = tmp_path / "bad.json"
@@ -206,3 +252,24 @@ def test_results_are_deterministic():
         assert ra.choice == rb.choice
     big = serialized.load(os.path.join(DATA, "bert.json"))
     assert greedy.greedy_choice(big) == greedy.greedy_choice(serialized.load(os.path.join(DATA, "bert.json")))
+
+
+# Issue 11's target: every TENSAT e-graph within 1 % of a proven lower bound under the default 10 s limit. Met on
+# four files; on the two berts the ILP's bound stalls near 0.59 against the optimum 0.7047 (the relaxation splits
+# merge groups fractionally, see BENCHMARKS.md), so those are expected to fail until a stronger relaxation exists.
+# Wall time is not asserted here (a shared machine), only in the benchmark.
+_BERT_GAP = pytest.mark.xfail(strict=True, reason="issue 11: bert's proven bound stays ~16 % below its optimum in 10 s")
+
+
+@pytest.mark.slow
+@needs_data
+@pytest.mark.parametrize("name", [pytest.param(n, marks=_BERT_GAP) if n.startswith("bert") else n
+                                  for n in ("bert.json", "bert_acyclic.json", "resnet50.json",
+                                            "resnet50_acyclic.json", "vgg.json", "vgg_acyclic.json")])
+def test_default_ilp_is_within_one_percent_of_its_bound(name):
+    eg = serialized.load(os.path.join(DATA, name))
+    r = extract(eg, method="ilp")
+    assert r.acyclic and dag.is_valid(eg, r.choice)
+    assert r.bound is not None and r.bound <= r.dag_cost + 1e-12
+    assert r.dag_cost <= r.greedy_dag_cost + 1e-12
+    assert r.gap is not None and r.gap <= 0.01, (name, r.dag_cost, r.bound, r.gap, r.seconds)

@@ -24,13 +24,14 @@ from tensat_tf.extract import dag, extract, greedy, ilp, resolve_solver, seriali
 
 flags.DEFINE_string("dir", "/work/shared/data/egraphs", "Folder of egraph-serialize *.json files.")
 flags.DEFINE_float("seconds", 10.0, "ILP time limit (whole extract() call).")
-flags.DEFINE_float("big_seconds", 20.0, "ILP time limit for files with at least --big_enodes e-nodes.")
+flags.DEFINE_float("big_seconds", 10.0, "ILP time limit for files with at least --big_enodes e-nodes.")
 flags.DEFINE_integer("big_enodes", 10_000, "Size from which --big_seconds applies.")
 flags.DEFINE_list("solvers", ["cbc", "highs"], "Solvers to run through extract().")
 flags.DEFINE_list("variants", [], "Extra ILP formulations to compare with HiGHS, as ACYCLICITY[-nocycles][-noscc]: "
                   "order or lazy acyclicity, without the 2-/3-cycle rows, without the SCC-by-SCC search.")
-flags.DEFINE_float("reference_seconds", 300.0, "Time of the long reference ILP run (solver auto) that sets the "
-                   "best known cost and bound; 0 skips it.")
+flags.DEFINE_float("reference_seconds", 300.0, "Time of the long reference ILP run (solver auto, relative gap "
+                   "--reference_gap) that sets the best known cost and bound; 0 skips it.")
+flags.DEFINE_float("reference_gap", 1e-4, "Relative optimality gap at which the reference run stops.")
 flags.DEFINE_string("out", os.path.join("/tmp", "bench_extract.md"), "Markdown file to write.")
 FLAGS = flags.FLAGS
 
@@ -58,19 +59,17 @@ def bench_file(path: str) -> tuple[dict, list[Run]]:
     for solver in FLAGS.solvers:
         r = extract(egraph, method="ilp", ilp_seconds=limit, solver=solver)
         assert r.acyclic and dag.is_valid(egraph, r.choice), f"{path}: invalid {solver} result"
-        runs.append(Run(f"ilp-{solver}", r.dag_cost, r.status, r.seconds, r.gap, _bound(r.dag_cost, r.gap)))
+        runs.append(Run(f"ilp-{solver}", r.dag_cost, r.status, r.seconds, r.gap, r.bound))
     for variant in FLAGS.variants:
         runs.append(_variant(egraph, variant, limit))
     if FLAGS.reference_seconds > 0:
-        r = extract(egraph, method="ilp", ilp_seconds=FLAGS.reference_seconds, solver="auto")
-        runs.append(Run("reference", r.dag_cost, r.status, r.seconds, r.gap, _bound(r.dag_cost, r.gap)))
+        r = extract(egraph, method="ilp", ilp_seconds=FLAGS.reference_seconds, solver="auto",
+                    rel_gap=FLAGS.reference_gap)
+        assert r.acyclic and dag.is_valid(egraph, r.choice), f"{path}: invalid reference result"
+        runs.append(Run("reference", r.dag_cost, r.status, r.seconds, r.gap, r.bound))
     info = {"file": os.path.basename(path), "enodes": egraph.num_nodes, "eclasses": egraph.num_classes,
             "limit": limit}
     return info, runs
-
-
-def _bound(cost: float, gap: Optional[float]) -> Optional[float]:
-    return None if gap is None else cost * (1 - gap)
 
 
 def _variant(egraph, variant: str, limit: float) -> Run:
@@ -87,7 +86,7 @@ def table(results: list[tuple[dict, list[Run]]]) -> str:
     labels = [r.label for r in results[0][1]] if results else []
     head = ["file", "e-nodes", "e-classes", "limit s", "greedy DAG cost"]
     for lab in labels[1:]:
-        head += [f"{lab} cost", "status", "s", "gap"]
+        head += [f"{lab} cost", "bound", "status", "s", "gap"]
     head += ["best known", "best bound", "ILP (auto) vs best known", "ILP (auto) vs best bound"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for info, runs in results:
@@ -98,7 +97,8 @@ def table(results: list[tuple[dict, list[Run]]]) -> str:
         row = [info["file"], f"{info['enodes']:,}", f"{info['eclasses']:,}", f"{info['limit']:g}",
                f"{runs[0].cost:.6f}"]
         for r in runs[1:]:
-            row += [f"{r.cost:.6f}", r.status, f"{r.seconds:.1f}", _fmt(None if r.gap is None else 100 * r.gap, ".2f")
+            row += [f"{r.cost:.6f}", _fmt(r.bound, ".6f"), r.status, f"{r.seconds:.1f}",
+                    _fmt(None if r.gap is None else 100 * r.gap, ".2f")
                     + ("" if r.gap is None else " %")]
         row += [f"{best:.6f}", _fmt(bound, ".6f"),
                 "–" if auto is None or not best else f"+{100 * (auto.cost - best) / best:.2f} %",
@@ -117,8 +117,8 @@ def main(argv):
     for path in files:
         info, runs = bench_file(path)
         results.append((info, runs))
-        print(f"{info['file']}: " + ", ".join(f"{r.label} {r.cost:.6f} ({r.status}, {r.seconds:.1f} s)"
-                                               for r in runs), flush=True)
+        print(f"{info['file']}: " + ", ".join(f"{r.label} {r.cost:.6f} (bound {_fmt(r.bound, '.6f')}, {r.status}, "
+                                               f"{r.seconds:.1f} s)" for r in runs), flush=True)
     text = table(results)
     print(text)
     with open(FLAGS.out, "w", encoding="utf-8") as f:

@@ -15,8 +15,8 @@ EXIT_OK, EXIT_NO_EXTRACTION, EXIT_BAD_INPUT = 0, 1, 2
 
 def run(path: str, method: str = "ilp", ilp_seconds: float = 10.0, solver: str = "auto") -> int:
     """Print {"file", "enodes", "eclasses", "dag_cost", "greedy_dag_cost", "method", "status", "seconds", "acyclic",
-    "gap", "solver"} as one JSON line; return the exit code (2: unreadable file or bad argument, 1: the e-graph has
-    no acyclic extraction)."""
+    "gap", "bound", "solver"} as one JSON line (bound: the proven lower bound on any acyclic choice's DAG cost, null
+    for greedy); return the exit code (2: unreadable file or bad argument, 1: the e-graph has no acyclic extraction)."""
     try:
         egraph = serialized.load(path)
     except (OSError, ValueError) as exc:
@@ -41,6 +41,7 @@ def run(path: str, method: str = "ilp", ilp_seconds: float = 10.0, solver: str =
         "seconds": round(result.seconds, 3),
         "acyclic": result.acyclic,
         "gap": result.gap,
+        "bound": result.bound,
         "solver": result.solver,
     }))
     return EXIT_OK

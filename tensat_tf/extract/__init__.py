@@ -2,10 +2,11 @@
 
     from tensat_tf.extract import extract, serialized
     result = extract(serialized.load("bert.json"), method="ilp", ilp_seconds=20)
-    result.choice, result.dag_cost, result.status, result.gap
+    result.choice, result.dag_cost, result.status, result.gap, result.bound
 
 method="greedy" is the greedy DAG extractor (greedy.py); method="ilp" starts from it and improves it with an ILP
-(ilp.py) under a hard wall-clock limit, so its cost is never above greedy's. Every result is checked acyclic.
+(ilp.py) under a hard wall-clock limit, so its cost is never above greedy's; it stops once the choice is proven within
+1 % of a lower bound (the solver's, or the critical-path bound of bound.py). Every result is checked acyclic.
 """
 from __future__ import annotations
 
@@ -31,9 +32,10 @@ class Extraction:
     status: str                  # "optimal" | "feasible" | "time_limit" | "fallback" (see ilp.py)
     seconds: float               # wall-clock time of the whole call
     acyclic: bool
-    gap: Optional[float]         # relative gap to the solver's best bound; None if it gave none (always for greedy)
+    gap: Optional[float]         # (dag_cost - bound) / dag_cost; None without a bound (always for greedy)
     solver: Optional[str]        # "cbc" | "highs" for the ILP, None for greedy
     greedy_dag_cost: Optional[float] = None   # the greedy choice's DAG cost (the ILP's warm start)
+    bound: Optional[float] = None             # proven lower bound on every acyclic choice's DAG cost (ILP only)
 
 
 def resolve_solver(solver: str) -> str:
@@ -45,8 +47,10 @@ def resolve_solver(solver: str) -> str:
     return solver
 
 
-def extract(egraph: EGraphData, method: str = "ilp", ilp_seconds: float = 10.0, solver: str = "auto") -> Extraction:
-    """Extract from `egraph`. For "ilp", `ilp_seconds` bounds the whole call (greedy, model building and solving).
+def extract(egraph: EGraphData, method: str = "ilp", ilp_seconds: float = 10.0, solver: str = "auto",
+            rel_gap: float = ilp.REL_GAP) -> Extraction:
+    """Extract from `egraph`. For "ilp", `ilp_seconds` bounds the whole call (greedy, model building and solving),
+    and the search stops once the choice is proven within `rel_gap` (relative) of a lower bound.
     Raises NoExtraction when no acyclic choice avoids the blacklist, ValueError on a bad argument."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, not {method!r}")
@@ -57,14 +61,14 @@ def extract(egraph: EGraphData, method: str = "ilp", ilp_seconds: float = 10.0, 
         return _finish(egraph, start, "greedy", "feasible", t0, None, None, start_cost)
 
     name = resolve_solver(solver)
-    res = ilp.solve_ilp(egraph, start, ilp_seconds - (time.monotonic() - t0), name)
+    res = ilp.solve_ilp(egraph, start, ilp_seconds - (time.monotonic() - t0), name, rel_gap=rel_gap)
     choice, status = res.choice, res.status
     if not dag.is_valid(egraph, choice):          # never returned by solve_ilp; a last line of defence
         choice, status = start, "fallback"
-    return _finish(egraph, choice, "ilp", status, t0, res.gap, name, start_cost)
+    return _finish(egraph, choice, "ilp", status, t0, res.gap, name, start_cost, res.bound)
 
 
-def _finish(egraph, choice, method, status, t0, gap, solver, start_cost) -> Extraction:
+def _finish(egraph, choice, method, status, t0, gap, solver, start_cost, bound=None) -> Extraction:
     return Extraction(choice=choice, dag_cost=dag.dag_cost(egraph, choice), method=method, status=status,
                       seconds=time.monotonic() - t0, acyclic=dag.is_acyclic(egraph, choice), gap=gap,
-                      solver=solver, greedy_dag_cost=start_cost)
+                      solver=solver, greedy_dag_cost=start_cost, bound=bound)

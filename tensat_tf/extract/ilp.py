@@ -1,4 +1,5 @@
-"""ILP extraction (TENSAT §4.3) with PuLP: minimum DAG cost, acyclic, under a hard wall-clock limit.
+"""ILP extraction (TENSAT §4.3), HiGHS or CBC (milp.py, solvers.py): minimum DAG cost, acyclic, under a hard
+wall-clock limit, stopping once proven within rel_gap (1 % by default) of a lower bound.
 
 Model, on the reduced e-graph (reduce.py):
   x_i in {0,1} per e-node; minimise sum c_i x_i (each chosen node paid once: DAG cost, not tree cost).
@@ -23,6 +24,11 @@ may still improve it and gives the global lower bound. On TENSAT's bert.json the
 between 0.71 and 0.77 in 20 s from run to run; the SCC search reaches 0.7047, the proven optimum, in about 14 s
 (BENCHMARKS.md).
 
+Bound: the solvers' dual bounds (each solve is a relaxation of the acyclic problem: restricted SCC solves excepted,
+which are not used for it) and the critical-path bound of bound.py, whichever is higher. When the path bound already
+proves the greedy choice within rel_gap, no model is built (TENSAT's vgg.json, whose ILP relaxation is fooled by
+identity cycles: 1.43 against 4.85, BENCHMARKS.md).
+
 The greedy DAG choice is the warm start and the fallback: the best acyclic choice known is kept throughout, so the
 result is never worse than greedy, and it is checked acyclic before it is returned.
 """
@@ -35,57 +41,51 @@ from collections import defaultdict
 from typing import Optional
 
 import networkx as nx
-import pulp
+import numpy as np
 
 from tensat_tf.egraph.data import EGraphData
 from tensat_tf.extract import dag, solvers
+from tensat_tf.extract.bound import path_lower_bound
+from tensat_tf.extract.milp import Milp
 from tensat_tf.extract.reduce import Reduced, reduce
 
-# optimal:    proven optimal (within the solver's relative gap tolerance, 1e-4 for HiGHS);
+# optimal:    proven optimal within the relative gap tolerance (rel_gap, 1 % by default), by the solver or by the
+#             critical-path bound (bound.py);
 # time_limit: the clock ended the search; the answer is the best acyclic choice found (possibly the start);
 # feasible:   the solver stopped unproven well before its time limit (its own limits);
 # fallback:   no solve returned a valid acyclic choice (or there was no time to build the model): the start choice.
 STATUSES = ("optimal", "feasible", "time_limit", "fallback")
 log = logging.getLogger(__name__)
+# The default relative optimality gap: the solvers stop, and the result counts as optimal, within 1 % of a proven
+# lower bound (issue 11's target); 1e-4 (HiGHS's default) costs many times the time on TENSAT's e-graphs.
+REL_GAP = 0.01
 
 
 @dataclasses.dataclass
 class IlpResult:
     choice: dict[int, int]
     status: str                  # one of STATUSES
-    gap: Optional[float]         # (cost - best proven bound) / cost, when the solver gave a bound
-    bound: Optional[float]
+    gap: Optional[float]         # (cost - bound) / cost, when there is a bound
+    bound: Optional[float]       # the best lower bound proven for the acyclic problem (solver's or path bound)
     iterations: int              # solver calls (more than one only with lazy cycle cuts)
 
 
 class _Model:
-    """The PuLP problem over a Reduced e-graph, and how to read a choice back from it."""
+    """The extraction MILP (milp.py) over a Reduced e-graph, and how to read a choice back from a solution."""
 
     def __init__(self, egraph: EGraphData, red: Reduced, acyclicity: str):
         self.egraph, self.red = egraph, red
-        self.prob = pulp.LpProblem("tensat_extract", pulp.LpMinimize)
-        # Zero-padded names keep PuLP's (name-sorted) variable order, and so the MPS file, deterministic.
-        width = len(str(max(red.nodes, default=0)))
-        self.x = {i: pulp.LpVariable(f"x{i:0{width}d}", cat=pulp.LpBinary) for i in red.nodes}
         nodes = egraph.nodes
-        self.prob += pulp.lpSum(nodes[i].cost * self.x[i] for i in red.nodes)
+        self.milp = m = Milp()
+        # Zero-padded names keep the PuLP/MPS variable order (sorted by name) equal to the column order for CBC.
+        width = len(str(max(red.nodes, default=0)))
+        self.col = {i: m.add_col(f"x{i:0{width}d}", nodes[i].cost, 0, 1, True) for i in red.nodes}
 
         # edge_nodes[(c, k)]: the nodes of class c having child class k (the nodes that realise edge c->k).
         self.edge_nodes: dict[tuple[int, int], list[int]] = defaultdict(list)
         for i in red.nodes:
             for k in red.kids[i]:
                 self.edge_nodes[(nodes[i].eclass, k)].append(i)
-
-        in_class = {c: pulp.lpSum(self.x[j] for j in members) for c, members in red.classes.items()}
-        for r in red.roots:
-            self.prob += in_class[r] >= 1
-        for c, members in red.classes.items():
-            if len(members) > 1:
-                self.prob += in_class[c] <= 1
-        # One child row per class edge, not per node: with at most one node per class the sum of the nodes needing
-        # k is itself 0/1, and the aggregated row is both fewer rows and a tighter LP than one row per node.
-        for (c, k), members in sorted(self.edge_nodes.items()):
-            self.prob += in_class[k] - pulp.lpSum(self.x[i] for i in members) >= 0
 
         graph = nx.DiGraph(list(self.edge_nodes))
         graph.add_nodes_from(red.classes)
@@ -95,15 +95,29 @@ class _Model:
             for c in comp:
                 self.scc_of[c], self.scc_size[c] = n, len(comp)
         self.cyclic = bool(self.scc_of)
-
-        self.t: dict[int, pulp.LpVariable] = {}
+        self.t: dict[int, int] = {}
         if acyclicity == "order" and self.cyclic:
             width = len(str(max(self.scc_of)))
-            self.t = {c: pulp.LpVariable(f"t{c:0{width}d}", 0, self.scc_size[c] - 1) for c in sorted(self.scc_of)}
+            self.t = {c: m.add_col(f"t{c:0{width}d}", 0.0, 0, self.scc_size[c] - 1, False) for c in sorted(self.scc_of)}
+
+        cols = self.col
+        in_class = {c: [cols[j] for j in members] for c, members in red.classes.items()}
+        for r in red.roots:
+            m.add_row(in_class[r], [1.0] * len(in_class[r]), lo=1)
+        for c, members in red.classes.items():
+            if len(members) > 1:
+                m.add_row(in_class[c], [1.0] * len(members), hi=1)
+        # One child row per class edge, not per node: with at most one node per class the sum of the nodes needing
+        # k is itself 0/1, and the aggregated row is both fewer rows and a tighter LP than one row per node.
+        for (c, k), members in sorted(self.edge_nodes.items()):
+            m.add_row(in_class[k] + [cols[i] for i in members], [1.0] * len(in_class[k]) + [-1.0] * len(members), lo=0)
+        if self.t:
+            # t_c - t_k + M (1 - sum x) >= 1, i.e. t_c - t_k - M sum x >= 1 - M.
             for (c, k), members in sorted(self.edge_nodes.items()):
                 if self.scc_of.get(c, -1) == self.scc_of.get(k, -2):
                     big_m = self.scc_size[c]
-                    self.prob += self.t[c] - self.t[k] + big_m * (1 - pulp.lpSum(self.x[i] for i in members)) >= 1
+                    m.add_row([self.t[c], self.t[k]] + [cols[i] for i in members],
+                              [1.0, -1.0] + [-float(big_m)] * len(members), lo=1 - big_m)
 
     def add_short_cycle_cuts(self) -> int:
         """Cycle rows for every 2- and 3-cycle of the class graph (inside SCCs), each listed once, from its
@@ -116,35 +130,37 @@ class _Model:
         for a in sorted(succ):
             for b in sorted(succ[a]):
                 if b > a and a in succ[b]:
-                    self.prob += self.cycle_cut([a, b])
+                    self.add_cycle_cut([a, b])
                     n += 1
                 for c in sorted(succ[b]) if b > a else ():
                     if c > a and a in succ[c]:
-                        self.prob += self.cycle_cut([a, b, c])
+                        self.add_cycle_cut([a, b, c])
                         n += 1
         return n
 
     def set_start(self, choice: dict[int, int]) -> None:
         """Warm start from an acyclic choice: its x, and t = the rank of each chosen class in a children-first
         order within its SCC (any t is feasible for classes not chosen, as their edges are switched off)."""
-        for i, v in self.x.items():
-            v.setInitialValue(1 if choice.get(self.egraph.nodes[i].eclass) == i else 0)
-        if not self.t:
-            return
-        order = reversed(list(nx.topological_sort(dag.class_graph(self.egraph, choice))))
-        rank: dict[int, int] = defaultdict(int)
-        for v in self.t.values():
-            v.setInitialValue(0)
-        for c in order:
-            if c in self.t:
-                self.t[c].setInitialValue(rank[self.scc_of[c]])
-                rank[self.scc_of[c]] += 1
+        start = np.zeros(self.milp.num_cols, dtype=np.float64)
+        for c, i in choice.items():
+            if i in self.col:
+                start[self.col[i]] = 1.0
+        if self.t:
+            order = reversed(list(nx.topological_sort(dag.class_graph(self.egraph, choice))))
+            rank: dict[int, int] = defaultdict(int)
+            for c in order:
+                if c in self.t:
+                    start[self.t[c]] = rank[self.scc_of[c]]
+                    rank[self.scc_of[c]] += 1
+        self.milp.start = start
 
-    def read_choice(self) -> Optional[dict[int, int]]:
+    def read_choice(self, values: Optional[np.ndarray]) -> Optional[dict[int, int]]:
         """The solution as {class: node} for the classes the roots need, or None if incomplete."""
+        if values is None:
+            return None
         picked: dict[int, int] = {}
-        for i, v in self.x.items():               # ascending node ids: the lowest chosen node wins a tie
-            if v.varValue is not None and v.varValue > 0.5:
+        for i in self.red.nodes:                  # ascending node ids: the lowest chosen node wins a tie
+            if values[self.col[i]] > 0.5:
                 picked.setdefault(self.egraph.nodes[i].eclass, i)
         try:
             return dag.prune(self.egraph, picked)
@@ -153,27 +169,35 @@ class _Model:
 
     def free_only_scc(self, scc: Optional[int], choice: dict[int, int]) -> None:
         """Fix the nodes of every SCC but `scc` to `choice`; classes on no cycle stay free (scc=None frees all)."""
-        for i, v in self.x.items():
+        m = self.milp
+        m._freeze()
+        for i, k in self.col.items():
             c = self.egraph.nodes[i].eclass
             if scc is not None and self.scc_of.get(c, scc) != scc:
-                v.lowBound = v.upBound = 1 if choice.get(c) == i else 0
+                m.lo[k] = m.hi[k] = 1.0 if choice.get(c) == i else 0.0
             else:
-                v.lowBound, v.upBound = 0, 1
+                m.lo[k], m.hi[k] = 0.0, 1.0
 
-    def cycle_cut(self, cycle: list[int]) -> pulp.LpConstraint:
+    def add_cycle_cut(self, cycle: list[int]) -> None:
+        """Not every edge of `cycle` (classes c0 -> c1 -> ... -> c0) may be realised by a chosen node."""
         n = len(cycle)
         edges = [(cycle[l], cycle[(l + 1) % n]) for l in range(n)]
-        return pulp.lpSum(self.x[i] for e in edges for i in self.edge_nodes[e]) <= n - 1
+        members = [self.col[i] for e in edges for i in self.edge_nodes[e]]
+        self.milp.add_row(members, [1.0] * len(members), hi=n - 1)
 
 
 def solve_ilp(egraph: EGraphData, start: dict[int, int], seconds: float, solver: str,
               acyclicity: str = "order", short_cycles: bool = True, scc_search: bool = True,
-              threads: int = 1) -> IlpResult:
+              threads: int = 1, rel_gap: float = REL_GAP, path_bound: bool = True) -> IlpResult:
     """Best acyclic choice found within `seconds` (model building included), never worse than `start`, which must
     be a valid acyclic choice (the greedy one). acyclicity: "order" | "lazy" (see the module doc); scc_search:
-    with "order", first improve the start one SCC at a time (see _improve_by_scc)."""
+    with "order", first improve the start one SCC at a time (see _improve_by_scc). rel_gap: stop (status
+    "optimal") once the choice is proven within this relative gap of a lower bound. path_bound: also use the
+    solver-free critical-path bound (bound.py), and skip the ILP when it already proves the start within rel_gap."""
     if acyclicity not in ("order", "lazy"):
         raise ValueError(f"acyclicity must be 'order' or 'lazy', not {acyclicity!r}")
+    if not rel_gap >= 0:
+        raise ValueError(f"rel_gap must be >= 0, not {rel_gap!r}")
     if any(n.cost < 0 for n in egraph.nodes):
         raise ValueError("ILP extraction needs non-negative node costs")
     t0 = time.monotonic()
@@ -181,10 +205,15 @@ def solve_ilp(egraph: EGraphData, start: dict[int, int], seconds: float, solver:
     best = dict(start)
     if seconds < _MIN_SECONDS:                   # not even time to build the model (about 1.5 s on bert.json)
         return IlpResult(best, "fallback", None, None, 0)
+    low = path_lower_bound(egraph) if path_bound else None
+    if low is not None:
+        start_cost = dag.dag_cost(egraph, best)
+        if start_cost - low <= rel_gap * start_cost:
+            return IlpResult(best, "optimal", _gap(start_cost, low), min(low, start_cost), 0)
     model = _Model(egraph, reduce(egraph), acyclicity)
     if short_cycles:
         model.add_short_cycle_cuts()
-    session = solvers.Session(model.prob, solver, threads)
+    session = solvers.Session(model.milp, solver, threads, rel_gap)
     answered = False                             # did any solve return a valid acyclic choice?
     if scc_search and acyclicity == "order" and len(set(model.scc_of.values())) > 1:
         best, answered = _improve_by_scc(model, session, best, t0 + _SCC_SHARE * seconds)
@@ -203,7 +232,7 @@ def solve_ilp(egraph: EGraphData, start: dict[int, int], seconds: float, solver:
         log.debug("whole model: %s in %.2f s, objective %s, bound %s", res.status, res.seconds, res.objective, res.bound)
         if res.bound is not None:                # every solve is a relaxation of the acyclic problem: keep the best
             bound = res.bound if bound is None else max(bound, res.bound)
-        choice = model.read_choice() if res.objective is not None else None
+        choice = model.read_choice(res.values)
         if choice is None:
             break
         if dag.is_valid(egraph, choice):
@@ -216,19 +245,25 @@ def solve_ilp(egraph: EGraphData, start: dict[int, int], seconds: float, solver:
         if acyclicity != "lazy":
             break                                # cannot happen with order rows, but never trust a solution blindly
         for c in _cycles(egraph, choice):
-            model.prob += model.cycle_cut(c)
+            model.add_cycle_cut(c)
         model.set_start(best)
 
+    if low is not None:                          # both are lower bounds of the acyclic problem: keep the higher
+        bound = low if bound is None else max(bound, low)
     if bound is not None:
         bound = min(bound, best_cost)
-    gap = None if bound is None else (0.0 if best_cost <= 0 else (best_cost - bound) / best_cost)
-    if proved:
+    gap = None if bound is None else _gap(best_cost, bound)
+    if proved or (gap is not None and gap <= rel_gap):
         status = "optimal"
     elif not answered:
         status = "fallback"                      # the ILP gave no acyclic solution: this is the start (greedy) choice
     else:
         status = "feasible" if stopped_early else "time_limit"
     return IlpResult(best, status, gap, bound, iterations)
+
+
+def _gap(cost: float, low: float) -> float:
+    return 0.0 if cost <= 0 else max(0.0, (cost - low) / cost)
 
 
 _MIN_SECONDS = 0.5
@@ -257,6 +292,7 @@ def _improve_by_scc(model: _Model, session: solvers.Session, best: dict[int, int
     best_cost = dag.dag_cost(egraph, best)
     done: set[int] = set()          # solved to optimality since the last improvement
     solved: dict[int, float] = {}   # SCCs solved to optimality at least once -> seconds that took
+    short: set[int] = set()         # SCCs whose last try ran out of its time
     allotted: dict[int, float] = {}
     any_valid = False
     while len(done) < len(size) and until - time.monotonic() >= session.min_seconds:
@@ -270,14 +306,15 @@ def _improve_by_scc(model: _Model, session: solvers.Session, best: dict[int, int
             if s in done:
                 continue
             if s in solved:
-                want = 2 * solved[s]
+                # Twice what solving it took, and twice the last try's time after a try that ran out.
+                want = 2 * solved[s] if s not in short else 2 * allotted[s]
             else:
                 want = max(left / sum(1 for k in size if k not in solved), 2 * allotted.get(s, 0.0))
             allotted[s] = min(left, max(session.min_seconds, want))
             model.free_only_scc(s, best)
             model.set_start(best)
             res = session.solve(allotted[s])
-            choice = model.read_choice() if res.objective is not None else None
+            choice = model.read_choice(res.values)
             if choice is not None and dag.is_valid(egraph, choice):
                 any_valid = True
                 cost = dag.dag_cost(egraph, choice)
@@ -287,6 +324,9 @@ def _improve_by_scc(model: _Model, session: solvers.Session, best: dict[int, int
             if res.status == "optimal":
                 done.add(s)
                 solved[s] = res.seconds
+                short.discard(s)
+            else:
+                short.add(s)
             log.debug("scc %d (%d classes): %s in %.2f s, best %.6f", s, size[s], res.status, res.seconds, best_cost)
     return best, any_valid
 

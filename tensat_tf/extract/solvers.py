@@ -1,4 +1,4 @@
-"""Run a PuLP model under a HARD wall-clock limit, with a warm start, and report the solver's best bound.
+"""Solve a Milp (milp.py) under a HARD wall-clock limit, with a warm start, and report the solver's best bound.
 
 PuLP's own solve() can overrun its timeLimit: CBC has been seen to ignore `-sec` while in preprocessing or a long
 LP, and PuLP waits for the subprocess without a timeout. Both backends here pass the limit to the solver AND enforce
@@ -8,7 +8,7 @@ it from outside:
   * HiGHS runs in highspy's solver thread, and is interrupted through its interrupt callback at the deadline.
 The caller always keeps its own best solution (at worst the greedy one), so a killed run loses nothing.
 
-Variable values come back on the PuLP variables (`v.varValue`), as after prob.solve().
+The solution comes back as SolveResult.values, a vector over the Milp's columns.
 """
 from __future__ import annotations
 
@@ -26,6 +26,8 @@ from typing import Optional
 import numpy as np
 import pulp
 
+from tensat_tf.extract.milp import Milp
+
 # Seconds before the caller's deadline at which the solver's own limit is set: CBC's leaves it time to write its
 # solution before the kill at the deadline; HiGHS keeps to its limit within ~0.1 s and needs less.
 SOFT_MARGIN = 0.5
@@ -37,9 +39,10 @@ GRACE = 1.0
 @dataclasses.dataclass
 class SolveResult:
     status: str                 # "optimal" | "feasible" (stopped with a solution) | "none" (no solution) | "infeasible"
-    objective: Optional[float]  # of the solution on the variables, when there is one
+    objective: Optional[float]  # of the solution in `values`, when there is one
     bound: Optional[float]      # best lower bound the solver proved (minimisation), if it said
     seconds: float
+    values: Optional[np.ndarray] = None   # the solution, one value per Milp column
 
 
 def highs_available() -> bool:
@@ -47,53 +50,95 @@ def highs_available() -> bool:
 
 
 class Session:
-    """Solves one PuLP problem (a minimisation) repeatedly with "cbc" or "highs", each time from the variables'
-    current values as warm start (set them all, e.g. with setInitialValue) and within a wall-clock limit.
+    """Solves one Milp repeatedly with "cbc" or "highs", each time from the Milp's `start` (when set) as warm start
+    and within a wall-clock limit.
 
-    Between solves the caller may change variable bounds (to fix part of the model) or add rows. HiGHS keeps its
-    model and only receives the new bounds unless rows were added, which saves rebuilding a 60k-row model through
-    PuLP's Python loops (about 0.7 s on bert.json) for every solve of a neighbourhood search; CBC, a subprocess,
-    always gets the whole model anew.
+    Between solves the caller may change column bounds (`milp.lo` / `milp.hi`, to fix part of the model) or add rows.
+    HiGHS keeps its model and only receives the changed bounds and the new rows; CBC, a subprocess, always gets the
+    whole model anew (through PuLP).
     """
 
-    def __init__(self, prob: pulp.LpProblem, solver: str, threads: int = 1):
+    def __init__(self, milp: Milp, solver: str, threads: int = 1, rel_gap: Optional[float] = None):
         if solver not in ("cbc", "highs"):
             raise ValueError(f"unknown solver {solver!r}")
-        self.prob, self.solver, self.threads = prob, solver, threads
+        self.milp, self.solver, self.threads = milp, solver, threads
+        # The solver stops, reporting "optimal", once (incumbent - bound) / incumbent <= rel_gap (None: its default,
+        # 1e-4 for HiGHS, 0 for CBC).
+        self.rel_gap = rel_gap
         # Below this a solve is pointless: CBC spends about that long writing, starting and presolving bert.json.
-        self.min_seconds = 3.0 if solver == "cbc" else 0.3
+        # HiGHS gets HIGHS_MARGIN less than it is given, so under ~0.5 s it has too little to solve anything.
+        self.min_seconds = 3.0 if solver == "cbc" else 0.5
         self._highs: Optional["_HiGHS"] = None
-        self._rows = -1
+        self._pulp: Optional[_PulpMirror] = None
 
     def solve(self, seconds: float) -> SolveResult:
         t0 = time.monotonic()
         seconds = max(seconds, 0.1)
+        self.milp._freeze()
         if self.solver == "cbc":
-            res = _CBC(self.threads).run(self.prob, seconds)
+            deadline = t0 + seconds                 # bringing the model over to PuLP counts against the limit
+            if self._pulp is None:
+                self._pulp = _PulpMirror(self.milp)
+            synced = self._pulp.sync(deadline - SOFT_MARGIN)
+            if synced is None:
+                res = SolveResult("none", None, None, 0.0)
+            else:
+                res = _CBC(self.threads, self.rel_gap).run(self.milp, *synced, deadline - time.monotonic())
         else:
-            if self._highs is None or self._rows != len(self.prob.constraints):
-                self._highs = _HiGHS(self.threads)
-                self._highs.build(self.prob)
-                self._rows = len(self.prob.constraints)
-            res = self._highs.run(self.prob, seconds)
+            if self._highs is None:
+                self._highs = _HiGHS(self.milp, self.threads, self.rel_gap)
+            res = self._highs.run(seconds)
         res.seconds = time.monotonic() - t0
         return res
 
 
-def solve(prob: pulp.LpProblem, solver: str, seconds: float, threads: int = 1) -> SolveResult:
-    """One solve of `prob` (see Session)."""
-    return Session(prob, solver, threads).solve(seconds)
+def solve(milp: Milp, solver: str, seconds: float, threads: int = 1, rel_gap: Optional[float] = None) -> SolveResult:
+    """One solve of `milp` (see Session)."""
+    return Session(milp, solver, threads, rel_gap).solve(seconds)
+
+
+class _PulpMirror:
+    """The Milp as PuLP objects (for CBC's MPS writer), kept between solves: only new rows, the current bounds and the
+    warm start are brought over each time (building bert.json's model through PuLP takes seconds)."""
+
+    def __init__(self, milp: Milp):
+        self.milp = milp
+        self.prob = pulp.LpProblem("tensat_extract", pulp.LpMinimize)
+        self.cols = [pulp.LpVariable(name, cat=pulp.LpInteger if milp.integer[k] else pulp.LpContinuous)
+                     for k, name in enumerate(milp.names)]
+        self.prob += pulp.LpAffineExpression([(self.cols[k], float(c)) for k, c in enumerate(milp.cost)])
+        self.rows_built = 0
+
+    def sync(self, deadline: float) -> Optional[tuple[pulp.LpProblem, list[pulp.LpVariable]]]:
+        """The PuLP problem, up to date; None if the deadline passed first (the rows done so far are kept)."""
+        milp, cols = self.milp, self.cols
+        for n in range(self.rows_built, len(milp.rows)):
+            if n % 512 == 0 and time.monotonic() > deadline:
+                self.rows_built = n                 # rows before n are in; the next call goes on from n
+                return None
+            lo, hi, idx, val = milp.rows[n]
+            expr = pulp.LpAffineExpression([(cols[j], float(v)) for j, v in zip(idx, val)])
+            if not math.isinf(lo):
+                self.prob += pulp.LpConstraint(expr, pulp.LpConstraintGE, f"r{n}", lo)
+            if not math.isinf(hi):
+                self.prob += pulp.LpConstraint(expr, pulp.LpConstraintLE, f"r{n}u", hi)
+        self.rows_built = len(milp.rows)
+        for k, v in enumerate(cols):
+            v.lowBound = None if math.isinf(milp.lo[k]) else float(milp.lo[k])
+            v.upBound = None if math.isinf(milp.hi[k]) else float(milp.hi[k])
+            v.setInitialValue(None if milp.start is None else float(milp.start[k]))
+        return self.prob, cols
 
 
 class _CBC(pulp.PULP_CBC_CMD):
     """PuLP's bundled CBC, reusing its MPS writer and solution reader, but with a killable subprocess and the bound
     parsed from CBC's log."""
 
-    def __init__(self, threads: int):
+    def __init__(self, threads: int, rel_gap: Optional[float] = None):
         super().__init__(msg=False, warmStart=True)
-        self.n_threads = threads
+        self.n_threads, self.rel_gap = threads, rel_gap
 
-    def run(self, prob: pulp.LpProblem, seconds: float) -> SolveResult:
+    def run(self, milp: Milp, prob: pulp.LpProblem, cols: list[pulp.LpVariable], seconds: float) -> SolveResult:
         # Writing the MPS file takes up to a second on bert.json: the limits count from here, not from CBC's start.
         deadline = time.monotonic() + seconds
         with tempfile.TemporaryDirectory(prefix="tensat_cbc_") as tmp:
@@ -102,7 +147,10 @@ class _CBC(pulp.PULP_CBC_CMD):
             self.writesol(mst, prob, vs, var_names, con_names)
             soft = max(0.1, deadline - time.monotonic() - SOFT_MARGIN)
             args = [self.path, mps, "-mips", mst, "-sec", f"{soft:.2f}", "-timeMode", "elapsed",
-                    "-threads", str(self.n_threads), "-solve", "-printingOptions", "all", "-solution", sol]
+                    "-threads", str(self.n_threads)]
+            if self.rel_gap is not None:
+                args += ["-ratioGap", f"{self.rel_gap:g}"]
+            args += ["-solve", "-printingOptions", "all", "-solution", sol]
             with open(log, "w") as out:
                 proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
                 try:
@@ -125,10 +173,11 @@ class _CBC(pulp.PULP_CBC_CMD):
         if status != pulp.LpStatusOptimal:          # PuLP's "Optimal" also covers "stopped with a solution"
             return SolveResult("none", None, bound, 0.0)
         prob.assignVarsVals(values)
-        obj = pulp.value(prob.objective)
+        x = np.array([0.0 if v.varValue is None else float(v.varValue) for v in cols], dtype=np.float64)
+        obj = milp.objective(x)
         if sol_status == pulp.LpSolutionOptimal:
-            return SolveResult("optimal", obj, obj, 0.0)
-        return SolveResult("feasible", obj, bound, 0.0)
+            return SolveResult("optimal", obj, obj, 0.0, x)
+        return SolveResult("feasible", obj, bound, 0.0, x)
 
 
 def _parse_float(pattern: str, text: str) -> Optional[float]:
@@ -155,49 +204,71 @@ def _stdout_silenced():
         os.close(saved)
 
 
-class _HiGHS(pulp.HiGHS):
-    """PuLP's in-process HiGHS, plus what PuLP 3.3 leaves out: the warm start (setSolution), an interruptible run
-    (highspy's solver thread and cancelSolve), and re-solving after bound changes without rebuilding the model."""
+class _HiGHS:
+    """highspy directly: the Milp in bulk, then only changed bounds and new rows; the warm start (setSolution); an
+    interruptible run (highspy's solver thread and cancelSolve)."""
 
     _banner_done = False
 
-    def __init__(self, threads: int):
-        super().__init__(msg=False, threads=threads)
-
-    def build(self, prob: pulp.LpProblem) -> None:
-        if _HiGHS._banner_done:
-            self.createAndConfigureSolver(prob)
-        else:
-            with _stdout_silenced():
-                self.createAndConfigureSolver(prob)
-            _HiGHS._banner_done = True
-        self.buildSolverModel(prob)
-        self.h = prob.solverModel
-        self.h.HandleUserInterrupt = True
-        self.variables = prob.variables()
-        self.built_bounds = self._bounds()
-
-    def _bounds(self):
-        inf = self.h.getInfinity()
-        lo = np.array([-inf if v.lowBound is None else v.lowBound for v in self.variables], dtype=np.float64)
-        hi = np.array([inf if v.upBound is None else v.upBound for v in self.variables], dtype=np.float64)
-        return lo, hi
-
-    def run(self, prob: pulp.LpProblem, seconds: float) -> SolveResult:
+    def __init__(self, milp: Milp, threads: int, rel_gap: Optional[float]):
         import highspy                              # optional dependency: only here, where HiGHS is known to exist
 
+        if _HiGHS._banner_done:
+            h = highspy.Highs()
+        else:
+            with _stdout_silenced():
+                h = highspy.Highs()
+            _HiGHS._banner_done = True
+        h.setOptionValue("output_flag", False)
+        h.setOptionValue("threads", int(threads))
+        if rel_gap is not None:
+            h.setOptionValue("mip_rel_gap", float(rel_gap))
+        h.HandleUserInterrupt = True
+        n = milp.num_cols
+        inf = h.getInfinity()
+        self.milp, self.h, self.inf = milp, h, inf
+        lo, hi = self._bounds()
+        h.addVars(n, lo, hi)
+        idx = np.arange(n, dtype=np.int32)
+        h.changeColsCost(n, idx, milp.cost)
+        kinds = [highspy.HighsVarType.kInteger if b else highspy.HighsVarType.kContinuous for b in milp.integer]
+        h.changeColsIntegrality(n, idx, np.array(kinds))
+        self.built_bounds = (lo, hi)
+        self.rows_built = 0
+        self._add_new_rows()
+
+    def _bounds(self):
+        lo = np.where(np.isinf(self.milp.lo), -self.inf, self.milp.lo)
+        hi = np.where(np.isinf(self.milp.hi), self.inf, self.milp.hi)
+        return lo.astype(np.float64), hi.astype(np.float64)
+
+    def _add_new_rows(self) -> None:
+        new = self.milp.rows[self.rows_built:]
+        if not new:
+            return
+        lo = np.array([-self.inf if math.isinf(r[0]) else r[0] for r in new], dtype=np.float64)
+        hi = np.array([self.inf if math.isinf(r[1]) else r[1] for r in new], dtype=np.float64)
+        starts = np.cumsum([0] + [len(r[2]) for r in new[:-1]]).astype(np.int32)
+        idx = np.concatenate([r[2] for r in new]).astype(np.int32)
+        val = np.concatenate([r[3] for r in new]).astype(np.float64)
+        self.h.addRows(len(new), lo, hi, len(idx), starts, idx, val)
+        self.rows_built = len(self.milp.rows)
+
+    def run(self, seconds: float) -> SolveResult:
+        import highspy
+
         h = self.h
+        self._add_new_rows()
         lo, hi = self._bounds()
         if not (np.array_equal(lo, self.built_bounds[0]) and np.array_equal(hi, self.built_bounds[1])):
-            idx = np.arange(len(self.variables), dtype=np.int32)
+            idx = np.arange(len(lo), dtype=np.int32)
             h.changeColsBounds(len(idx), idx, lo, hi)
             self.built_bounds = (lo, hi)
         # HiGHS keeps to its own limit within ~0.1 s, so it only needs a small margin; the guard below is spare.
         h.setOptionValue("time_limit", float(max(0.1, seconds - HIGHS_MARGIN)))
-        start = [(k, v.varValue) for k, v in enumerate(self.variables) if v.varValue is not None]
-        if start:
-            h.setSolution(len(start), np.array([k for k, _ in start], dtype=np.int32),
-                          np.array([x for _, x in start], dtype=np.float64))
+        if self.milp.start is not None:
+            n = len(self.milp.start)
+            h.setSolution(n, np.arange(n, dtype=np.int32), self.milp.start.astype(np.float64))
         h.startSolve()
         done, _ = h.wait(seconds + GRACE / 2)
         if not done:
@@ -215,8 +286,5 @@ class _HiGHS(pulp.HiGHS):
         bound = info.mip_dual_bound if math.isfinite(info.mip_dual_bound) else None
         if info.primal_solution_status != int(highspy.SolutionStatus.kSolutionStatusFeasible):
             return SolveResult("none", None, bound, 0.0)
-        col = h.getSolution().col_value
-        for k, v in enumerate(self.variables):
-            v.varValue = col[k]
-        obj = pulp.value(prob.objective)
-        return SolveResult("optimal" if ms == MS.kOptimal else "feasible", obj, bound, 0.0)
+        x = np.array(h.getSolution().col_value, dtype=np.float64)
+        return SolveResult("optimal" if ms == MS.kOptimal else "feasible", self.milp.objective(x), bound, 0.0, x)
