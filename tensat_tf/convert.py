@@ -32,9 +32,14 @@ class Options:
     rtol: Optional[float] = None
     min_variable_elements: int = 1024
     tags: Sequence[str] = ("serve",)
+    allow_ops: Sequence[str] = ()       # ops with effects outside the graph to accept anyway (tensat_tf/io/scan.py)
     engine: EngineOptions = EngineOptions()
-    profile: bool = False               # time original vs optimized; keep the original graph when not faster
-    profile_batch_size: int = 1
+    profile: bool = False               # time original vs optimized; publish the original graph when not faster
+    profile_batch_sizes: Optional[Sequence[int]] = None     # None: 1 and verify_batch_sizes
+    profile_threads: Sequence[int] = (1, 0)     # 1: one intra-op + one inter-op thread; 0: TF's default pools
+    profile_seconds: float = 8.0        # measuring time per signature (tensat_tf/profile.py decide)
+    profile_margin: float = 0.02        # "faster" needs the interval's low end above 1 + margin (speedup.py)
+    profile_batch_size: Optional[int] = None    # older single-size form (tools/bench.py): profile_batch_sizes wins
     # deployment extras (tensat_tf/serving.py, tensat_tf/onnx_export.py), written and checked before publishing
     warmup: bool = False                # assets.extra/tf_serving_warmup_requests, replayed through the TF1 loader
     warmup_model_name: str = "model"    # model_spec.name of the warm-up requests
@@ -75,29 +80,59 @@ def _write_and_verify(staged, model, graphs, path, options, report, lap, t):
     return t
 
 
-def _profile(source: str, staged: str, model, options: Options, report: dict) -> list[str]:
-    """Time original vs optimized per signature (a clean worker process); -> signatures to keep original."""
+def profile_batch_sizes(options: Options) -> list[int]:
+    if options.profile_batch_sizes:
+        return sorted(set(int(b) for b in options.profile_batch_sizes))
+    if options.profile_batch_size:
+        return [int(options.profile_batch_size)]
+    return sorted({1, *(int(b) for b in options.verify_batch_sizes)})
+
+
+def _profile(source: str, staged: str, model, graphs: dict, options: Options, report: dict) -> list[str]:
+    """Time original vs optimized per signature in every setting (batch sizes x thread settings, clean worker
+    processes, tensat_tf/profile.py decide); -> the signatures to publish as the original graph: those not measured
+    faster ("faster" in at least one setting, "slower" in none, tensat_tf/speedup.py keep)."""
+    import hashlib
+
     from tensat_tf import profile as profile_mod
-    kept = []
+    kept, seen = [], {}
     for name in sorted(model.signatures):
-        entry = report["signatures"][name]
+        entry, sig = report["signatures"][name], model.signatures[name]
         if entry["nodes_before"] == entry["nodes_after"] and entry["ops_before"] == entry["ops_after"]:
-            entry["profile"] = {"skipped": "graph unchanged"}
-            continue
-        try:
-            r = profile_mod.measure([source, staged], name, options.profile_batch_size)
-        except profile_mod.ProfileError as e:
-            entry["profile"] = {"error": str(e), "kept_original": True}
+            entry["profile"] = {"skipped": "graph unchanged", "kept_original": True, "published": "original",
+                                "reason": "the rewrites left the node and op counts as they were: nothing to gain"}
             kept.append(name)
             continue
-        a, b = (profile_mod.latency(x) for x in r["tf"])
-        fast = profile_mod.faster(a, b)
-        entry["profile"] = {"device": r["device"], "batch_size": r["batch_size"], "original": r["tf"][0],
-                            "optimized": r["tf"][1], "speedup": round(a.ms / b.ms, 4), "faster": fast,
-                            "kept_original": not fast}
-        if not fast:
+        # signatures with the same original and the same optimized graph (Keras' serve and serving_default) get one
+        # measurement and so one decision
+        key = tuple(hashlib.sha256(g.SerializeToString(deterministic=True)).hexdigest()
+                    for g in (sig.graph_def, graphs[name])) + (repr(sig.inputs), repr(sig.outputs))
+        if key in seen:
+            entry["profile"] = dict(report["signatures"][seen[key]]["profile"], same_as=seen[key])
+        else:
+            seen[key] = name
+            try:
+                r = profile_mod.decide([source, staged], name, profile_batch_sizes(options), options.profile_threads,
+                                       margin=options.profile_margin, seconds=options.profile_seconds)
+                keep = r.pop("keep")
+                ratios = [s["decision"]["ratio"] for s in r["settings"] if s["decision"]["ratio"] is not None]
+                # speedup: the smallest median ratio over the settings (tensat_tf/batch.py reads it)
+                entry["profile"] = dict(r, speedup=min(ratios) if ratios else None, faster=keep, kept_original=not keep,
+                                        published="optimized" if keep else "original")
+            except profile_mod.ProfileError as e:
+                entry["profile"] = {"error": str(e), "kept_original": True, "published": "original",
+                                    "reason": "profiling failed"}
+        if entry["profile"]["kept_original"]:
             kept.append(name)
     return kept
+
+
+def original_graph(sig):
+    """The signature's frozen graph as loaded, its library functions renamed `<name>_original_<uid>`: the optimized
+    graph (written and loaded back earlier in this process) carries Grappler-rewritten functions under the same
+    names, and TF refuses a second, different function of one name (zoo:lstm's While body). The writer's own
+    renaming (tensat_tf/io/save.py) keeps the tag, so the published names stay deterministic."""
+    return save_mod._rename_functions(sig.graph_def, "original")
 
 
 def _deploy_extras(staged, output_dir, model, graphs, options: Options, report: dict, stage, lap, t):
@@ -112,8 +147,14 @@ def _deploy_extras(staged, output_dir, model, graphs, options: Options, report: 
     if not options.emit_onnx:
         return None, t
     stage("exporting ONNX and checking it with onnxruntime")
+    name = onnx_export.pick_signature(list(graphs), options.onnx_signature)
+    profile = None if not options.profile else {
+        "batch_sizes": profile_batch_sizes(options), "threads": list(options.profile_threads),
+        "seconds": options.profile_seconds, "margin": options.profile_margin}
+    published = (report["signatures"][name].get("profile") or {}).get("published")
     pending, report["onnx"] = onnx_export.emit(output_dir, staged, model, graphs, options.verify_batch_sizes,
-                                               options.seed, options.onnx_signature, tolerances)
+                                               options.seed, options.onnx_signature, tolerances, profile,
+                                               original_published=published == "original")
     return pending, lap("onnx", t)
 
 
@@ -142,13 +183,14 @@ def convert(src: str, output_dir: str, options: Options = Options()) -> dict:
     save_mod.check_output_dir(output_dir, options.overwrite)
     if options.emit_onnx:
         onnx_export.check_target(output_dir, options.overwrite)
-    model = load_mod.load(path, tags=options.tags, only=options.signatures)
+    model = load_mod.load(path, tags=options.tags, only=options.signatures, allow_ops=options.allow_ops)
+    verify_mod.check_original(model, options.verify_batch_sizes, options.seed)    # before the work: OriginalFails
     if options.emit_onnx:
         onnx_export.pick_signature(list(model.signatures), options.onnx_signature)    # fail before the work
     t = lap("load_freeze", t)
 
     report = {"source": src, "output_dir": output_dir, "signatures": {}, "skipped_signatures": model.skipped}
-    graphs, fallback = {}, {}
+    graphs = {}
     for i, (name, sig) in enumerate(sorted(model.signatures.items())):
         stage(f"optimizing signature {name} ({i + 1}/{len(model.signatures)}): canonicalize, saturate, extract")
         tensat_pass = TensatPass(options.engine, progress=lambda text, name=name: stage(f"signature {name}: {text}"))
@@ -157,10 +199,6 @@ def convert(src: str, output_dir: str, options: Options = Options()) -> dict:
         for r in results:
             timing[r.name] = round(timing.get(r.name, 0.0) + r.seconds, 4)
         graphs[name] = out
-        # what a signature falls back to when --profile finds the rewrite not faster: the e-graph pass's input (the
-        # frozen original after Grappler's clean-up, which TF's runtime would run anyway). It shares the optimized
-        # graph's function library, so writing it again in this process registers no conflicting function.
-        fallback[name] = tensat_pass.input_graph if tensat_pass.input_graph is not None else out
         stats = tensat_pass.stats
         report["signatures"][name] = {
             "inputs": {s.key: {"dtype": s.dtype.name, "shape": s.shape} for s in sig.inputs},
@@ -185,13 +223,13 @@ def convert(src: str, output_dir: str, options: Options = Options()) -> dict:
         t = _write_and_verify(staged, model, graphs, path, options, report, lap, t)
         if options.profile:
             stage("profiling original vs optimized")
-            kept = _profile(path, staged, model, options, report)
+            kept = _profile(path, staged, model, graphs, options, report)
             t = lap("profile", t)
             if kept:
-                # the optimized graph of these signatures is not faster beyond noise: write their graphs without the
-                # e-graph rewrites instead, through the same writer and verification
+                # the optimized graph of these signatures is not measured faster: publish the user's graph (the
+                # original signature frozen, before any clean-up), through the same writer and verification
                 for name in kept:
-                    graphs[name] = fallback[name]
+                    graphs[name] = original_graph(model.signatures[name])
                     report["signatures"][name]["nodes_after"] = len(graphs[name].node)
                     report["signatures"][name]["ops_after"] = _ops(graphs[name])
                 for entry in os.listdir(staged):

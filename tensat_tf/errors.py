@@ -49,12 +49,15 @@ class UnsafeOps(BadInput):
 
 
 class UnsafeAsset(BadInput):
-    """assets/ or assets.extra/ holds a link that leaves the SavedModel folder, or a special file."""
+    """assets/ or assets.extra/ holds a link that leaves the SavedModel folder (or is broken, or loops), or a special
+    file (fifo, socket, device); or saved_model.pb names an asset file outside assets/. Checked before anything runs
+    (tensat_tf/io/scan.py)."""
     exit_code = 18
 
 
 class OriginalFails(BadInput):
-    """TF itself cannot run the original model here (e.g. a kernel this CPU lacks), so nothing can be verified."""
+    """TF itself cannot run the original model on the verification inputs (e.g. a kernel this CPU lacks, or an op
+    that raises on them), so nothing can be verified; the message names the op and TF's reason."""
     exit_code = 19
 
 

@@ -1,4 +1,5 @@
-"""`--emit_onnx`: the optimized signature as ONNX, through tf2onnx, checked against the written SavedModel.
+"""`--emit_onnx`: one signature as ONNX through tf2onnx (ours, or with --profile tf2onnx's conversion of the user's
+original when ours is not measured faster), checked with onnxruntime before it is written.
 
 Where the file goes: `OUT.onnx`, a sibling of the SavedModel folder OUT (like the report, `OUT.report.json`), not a
 file inside it. Reasons:
@@ -7,6 +8,12 @@ file inside it. Reasons:
   - inside OUT (even under assets.extra/) the ONNX copy of the weights would be shipped to every TF Serving host
     that syncs the version folder, and the writer copies assets.extra/ from source to output, so a later
     conversion of that version would carry a stale model.onnx into the next one.
+With convert --profile the file follows the SavedModel's rule (never slower): tf2onnx's conversion of the user's
+original signature is checked against the original and timed against ours under ONNX Runtime (tensat_tf/profile.py
+decide: paired blocks, every profile batch size and thread setting, tensat_tf/speedup.py), and ours is written only
+when measured faster; the report's onnx.profile says which file was written, why, and the ratios. A signature that
+publishes its original graph gives the original's conversion anyway.
+
 The ONNX model is converted from the optimized, frozen GraphDef of one signature (`--onnx_signature`, default
 `serving_default`, or the only signature), with the signature's input and output keys as ONNX names and unknown
 dims kept dynamic. It is written to a temporary file beside OUT, run with onnxruntime on verification's seeded
@@ -130,29 +137,90 @@ class Pending:
             os.remove(self.tmp)
 
 
-def emit(output_dir: str, staged: str, model, graphs: dict, batch_sizes: Sequence[int], seed: int,
-         signature: Optional[str], tolerances: dict) -> tuple[Pending, dict]:
-    """Convert, write to a temporary file beside OUT, check against the staged SavedModel (loaded back)."""
-    import tensorflow as tf
-    name = pick_signature(list(graphs), signature)
-    sig = model.signatures[name]
-    onnx_model = convert_signature(sig, graphs[name])
-    data = onnx_model.SerializeToString()
-    final = onnx_path(output_dir)
+def _write_temp(final: str, data: bytes) -> Pending:
     fd, tmp = tempfile.mkstemp(prefix=".tensat_tf-", suffix=".onnx", dir=os.path.dirname(final))
     pending = Pending(tmp, final)
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+    except BaseException:
+        pending.discard()
+        raise
+    return pending
+
+
+def _race(sig, ours: Pending, original_fn, batch_sizes, seed, tolerances, staged: str, profile: dict):
+    """tf2onnx's conversion of the user's original signature against ours under ONNX Runtime (tensat_tf/profile.py
+    decide: paired blocks, every batch size and thread setting); -> (the Pending to publish, (its ModelProto and
+    check result) when it is the original's, the report entry)."""
+    from tensat_tf import profile as profile_mod
+    try:
+        theirs_model = convert_signature(sig, sig.graph_def)
+    except errors.ExportFailed as e:
+        return ours, None, {"published": "optimized", "reason": f"the original does not convert: {e}"}
+    theirs_data = theirs_model.SerializeToString()
+    theirs = _write_temp(ours.final, theirs_data)
+    try:
+        try:
+            checked = check(theirs_data, sig, original_fn, batch_sizes, seed, tolerances)
+        except errors.ExportFailed as e:
+            theirs.discard()
+            return ours, None, {"published": "optimized", "reason": f"the original's conversion fails its check: {e}"}
+        try:
+            r = profile_mod.decide([], sig.name, profile["batch_sizes"], profile["threads"],
+                                   onnx=[theirs.tmp, ours.tmp], spec_path=staged, margin=profile["margin"],
+                                   seconds=profile["seconds"])
+        except profile_mod.ProfileError as e:
+            ours.discard()
+            return theirs, (theirs_model, checked), {"published": "original", "reason": f"profiling failed: {e}"}
+    except BaseException:
+        theirs.discard()
+        raise
+    keep = r.pop("keep")
+    entry = dict(r, published="optimized" if keep else "original")
+    if keep:
+        theirs.discard()
+        return ours, None, entry
+    ours.discard()
+    return theirs, (theirs_model, checked), entry
+
+
+def emit(output_dir: str, staged: str, model, graphs: dict, batch_sizes: Sequence[int], seed: int,
+         signature: Optional[str], tolerances: dict, profile: Optional[dict] = None,
+         original_published: bool = False) -> tuple[Pending, dict]:
+    """Convert, write to a temporary file beside OUT, check against the staged SavedModel (loaded back).
+
+    With `profile` ({"batch_sizes", "threads", "seconds", "margin"}: convert --profile), the file follows the same
+    rule as the SavedModel: unless the signature already publishes the original graph (`original_published`), tf2onnx's
+    conversion of the original signature is checked against the original and timed against ours under ONNX Runtime,
+    and ours is written only when measured faster."""
+    import tensorflow as tf
+    name = pick_signature(list(graphs), signature)
+    sig = model.signatures[name]
+    onnx_model = convert_signature(sig, graphs[name])
+    data = onnx_model.SerializeToString()
+    pending = _write_temp(onnx_path(output_dir), data)
+    choice = None
+    try:
         loaded = tf.saved_model.load(staged)      # keep it referenced: its variables live as long as it does
         result = check(data, sig, loaded.signatures[name], batch_sizes, seed, tolerances)
+        if profile is not None and original_published:
+            choice = {"published": "original", "reason": "the SavedModel publishes the original graph of this "
+                                                         "signature; this file is converted from it"}
+        elif profile is not None:
+            pending, theirs, choice = _race(sig, pending, sig.function, batch_sizes, seed, tolerances, staged,
+                                            profile)
+            if theirs is not None:
+                onnx_model, result = theirs
+                data = onnx_model.SerializeToString()
     except BaseException:
         pending.discard()
         raise
     import onnx
-    entry = {"path": final, "signature": name, "opset": OPSET, "bytes": len(data),
+    entry = {"path": pending.final, "signature": name, "opset": OPSET, "bytes": len(data),
              "inputs": [i.name for i in onnx_model.graph.input], "outputs": [o.name for o in onnx_model.graph.output],
              "ops": dict(sorted(Counter(n.op_type for n in onnx_model.graph.node).items())),
              "onnx": onnx.__version__, **result}
+    if choice is not None:
+        entry["profile"] = choice
     return pending, entry
-

@@ -1,30 +1,54 @@
-"""Latency of SavedModel signatures, measured the way serving runs them, in a clean worker process.
+"""Latency of SavedModel signatures (and ONNX models), measured the way serving runs them, in a clean worker process.
 
 Why a worker: TF sizes its thread pools when the first device is created, and once a process has run eager ops a
 one-thread session still spreads work over both cores (measured while building the cost model), so timings taken
-inside `convert` are not comparable. The worker starts fresh with one intra-op and one inter-op thread (and
-TF_OVERRIDE_GLOBAL_THREADPOOL) before TF creates a device; on a GPU TF places the ops there.
+inside `convert` are not comparable. The worker starts fresh with its thread setting applied before TF creates a
+device: `threads=1` is one intra-op and one inter-op thread (and TF_OVERRIDE_GLOBAL_THREADPOOL), `threads=0` is TF's
+default pools (what serving uses); ONNX Runtime sessions get the same setting. On a GPU TF places the ops there.
 
 Method (research/tf.md §5.1): load each SavedModel, call its signature (a concrete function; Grappler on, as in
-serving) on the same seeded inputs, warm up, then alternate A and B in blocks of `runs` calls (interleaving cancels the
-second core coming and going), and report per model the minimum of the block medians and the p10-p90 spread of all
-calls. With `xla`, each signature is also wrapped in `tf.function(jit_compile=True)`; its first call (compilation) is
-reported apart.
+serving) on the same seeded inputs, warm up, then run the subjects back to back in blocks of `runs` calls each, the
+order rotating from block to block (A B, B A, ...: the first subject of a block is not always the same), and report
+per subject the block medians, their minimum and the p10-p90 spread of all calls. With `xla`, each signature is also
+wrapped in `tf.function(jit_compile=True)`; its first call (compilation) is reported apart.
 
-`faster(a, b)` is the noise-aware decision `convert --profile` uses: B is faster when it wins at least 80 % of the
-paired blocks and its best block median is at least `min_gain` below A's.
+Two entry points:
+  - `measure(paths, signature, batch_size, ...)`: fixed blocks, latencies only (`tensat_tf profile`, tools/bench.py);
+  - `decide(paths, signature, batch_sizes, threads, ...)`: is subject 1 faster than subject 0 in every setting
+    (batch size x thread setting)? Blocks are added while the paired decision (tensat_tf/speedup.py) is undecided,
+    at fixed looks (n0, 2 n0, 4 n0 blocks) and within a time budget; one worker per thread setting, the next one
+    skipped once a setting is "slower". All intervals of one decision share one error budget (Bonferroni over
+    settings x looks), so a candidate that is not faster is kept on a false "faster" with probability below
+    1 - level, whatever the number of settings.
 """
 from __future__ import annotations
 
 import dataclasses
 import json
 import os
+import queue
 import subprocess
 import sys
+import tempfile
+import threading
 import time
 from typing import Optional, Sequence
 
-BLOCKS, RUNS, WARMUP = 10, 15, 5
+from tensat_tf import speedup
+
+BLOCKS, RUNS, WARMUP = 10, 15, 5       # measure(): fixed blocks; runs per block at most RUNS
+BLOCK_SECONDS = 0.3     # measure() with runs=None: calls per block so one block of the first model takes about this
+# decide(): shorter blocks, more of them (the sign test counts blocks); calls per block so that one subject's part of
+# a block takes about DECIDE_BLOCK_SECONDS, between 3 and DECIDE_RUNS
+DECIDE_BLOCK_SECONDS, DECIDE_RUNS = 0.02, 50
+FIRST_LOOK = 12         # blocks at the first look (at least speedup.min_blocks of the per-test level)
+LOOKS = 3               # looks at FIRST_LOOK, 2x and 4x as many blocks
+LEVEL = 0.99            # decide(): one decision (all settings and looks together) errs with probability <= 1 - LEVEL
+THREADS = (1, 0)        # 1: one intra-op + one inter-op thread; 0: TF's (and ONNX Runtime's) default thread pools
+
+
+def threads_label(threads: int) -> str:
+    return "default" if threads == 0 else str(threads)
 
 
 @dataclasses.dataclass
@@ -39,9 +63,8 @@ class Latency:
         return {k: (round(v, 5) if isinstance(v, float) else v) for k, v in dataclasses.asdict(self).items()}
 
 
-def faster(a: Latency, b: Latency, min_gain: float = 0.01) -> bool:
-    wins = sum(mb < ma for ma, mb in zip(a.block_medians, b.block_medians))
-    return wins >= 0.8 * len(a.block_medians) and b.ms <= a.ms * (1.0 - min_gain)
+def latency(d: dict) -> Latency:
+    return Latency(d["ms"], d["p10"], d["p90"], d["block_medians"], d.get("compile_s"))
 
 
 # ------------------------------------------------------------------ worker side (fresh process)
@@ -50,82 +73,190 @@ def _percentile(xs, q):
     return xs[min(len(xs) - 1, int(q * (len(xs) - 1) + 0.5))]
 
 
-BLOCK_SECONDS = 0.3     # with runs=None, calls per block are chosen so one block of the first model takes about this
-
-
-def _measure(fns: list, feeds: dict, blocks: int, runs, warmup: int) -> list[Latency]:
-    import numpy as np
-    for fn in fns:
-        for _ in range(warmup):
-            _force(fn(**feeds))
-    if runs is None:
-        t = time.perf_counter()
-        _force(fns[0](**feeds))
-        runs = max(3, min(RUNS, int(BLOCK_SECONDS / max(time.perf_counter() - t, 1e-6))))
-    per_fn = [[] for _ in fns]
-    medians = [[] for _ in fns]
-    for _ in range(blocks):
-        for k, fn in enumerate(fns):
-            times = []
-            for _ in range(runs):
-                t = time.perf_counter()
-                _force(fn(**feeds))
-                times.append((time.perf_counter() - t) * 1e3)
-            per_fn[k] += times
-            medians[k].append(float(np.median(times)))
-    return [Latency(min(m), _percentile(all_, 0.1), _percentile(all_, 0.9), [round(x, 5) for x in m])
-            for m, all_ in zip(medians, per_fn)]
-
-
 def _force(out) -> None:
     for v in (out.values() if isinstance(out, dict) else out if isinstance(out, list) else [out]):
         if hasattr(v, "numpy"):
             v.numpy()
 
 
-def worker(request: dict) -> dict:
+def _call_ms(fn) -> float:
+    t = time.perf_counter()
+    _force(fn())
+    return (time.perf_counter() - t) * 1e3
+
+
+class _Timings:
+    """Per subject: the median of each block and every call's time."""
+
+    def __init__(self, n: int):
+        self.medians = [[] for _ in range(n)]
+        self.calls = [[] for _ in range(n)]
+
+    def block(self, fns: list, runs: int, index: int) -> None:
+        """One block: `runs` calls of each subject (argument-less callables), the order rotated by `index`."""
+        import numpy as np
+        k = len(fns)
+        for j in range(k):
+            s = (j + index) % k                 # rotate the order: no subject always runs first
+            times = [_call_ms(fns[s]) for _ in range(runs)]
+            self.calls[s] += times
+            self.medians[s].append(float(np.median(times)))
+
+    def latencies(self) -> list[Latency]:
+        return [Latency(min(m), _percentile(c, 0.1), _percentile(c, 0.9), [round(x, 5) for x in m])
+                for m, c in zip(self.medians, self.calls)]
+
+
+def _warm(fns: list, warmup: int) -> float:
+    """Warm every subject up; -> the slowest subject's fastest call after warm-up (ms)."""
+    slowest = 0.0
+    for fn in fns:
+        for _ in range(warmup):
+            _force(fn())
+        slowest = max(slowest, min(_call_ms(fn) for _ in range(5)))   # min: a busy machine inflates the rest
+    return slowest
+
+
+def _measure(fns: list, blocks: int, runs, warmup: int) -> list[Latency]:
+    for fn in fns:
+        for _ in range(warmup):
+            _force(fn())
+    if runs is None:
+        runs = max(3, min(RUNS, int(BLOCK_SECONDS * 1e3 / max(_call_ms(fns[0]), 1e-3))))
+    timings = _Timings(len(fns))
+    for i in range(blocks):
+        timings.block(fns, runs, i)
+    return timings.latencies()
+
+
+def _set_threads(threads: int) -> None:
     import tensorflow as tf
-    tf.config.threading.set_intra_op_parallelism_threads(1)
-    tf.config.threading.set_inter_op_parallelism_threads(1)
+    if threads:
+        tf.config.threading.set_intra_op_parallelism_threads(threads)
+        tf.config.threading.set_inter_op_parallelism_threads(threads)
+
+
+def _subjects(request: dict, threads: int):
+    """-> (TF signatures, feeds_for, subjects, loaded): feeds_for(batch) makes the seeded inputs of a batch size;
+    subjects(feeds) gives one argument-less callable per subject (the TF signatures of request["paths"], then ONNX
+    Runtime sessions of request["onnx"]) on those inputs."""
+    import tensorflow as tf
     from tensat_tf.io.load import TensorSpec
     from tensat_tf.verify import random_inputs
-    paths, sig_name, batch = request["paths"], request["signature"], request["batch_size"]
-    blocks, runs, warmup = request.get("blocks", BLOCKS), request.get("runs", RUNS), request.get("warmup", WARMUP)
-    loaded = [tf.saved_model.load(p) for p in paths]
+    sig_name = request["signature"]
+    loaded = [tf.saved_model.load(p) for p in request["paths"]]
     fns = [m.signatures[sig_name] for m in loaded]
+    if not fns:
+        loaded.append(tf.saved_model.load(request["spec_path"]))
+    spec_fn = loaded[0].signatures[sig_name]
     specs = [TensorSpec(k, k, s.dtype, None if s.shape.rank is None else tuple(-1 if d is None else d
                                                                                  for d in s.shape.as_list()))
-             for k, s in sorted(fns[0].structured_input_signature[1].items())]
-    feeds = random_inputs(specs, batch, seed=0)
-    result = {"device": "GPU" if tf.config.list_physical_devices("GPU") else "CPU", "batch_size": batch,
-              "signature": sig_name}
-    onnx_paths = request.get("onnx") or []
-    ort_fns = []
-    for path in onnx_paths:
+             for k, s in sorted(spec_fn.structured_input_signature[1].items())]
+    sessions = []
+    for path in request.get("onnx") or []:
         import onnxruntime as ort
         so = ort.SessionOptions()
         so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        so.intra_op_num_threads = so.inter_op_num_threads = 1
+        if threads:
+            so.intra_op_num_threads = so.inter_op_num_threads = threads
         sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
         names = {i.name for i in sess.get_inputs()}
-        np_feeds = {k: v.numpy() for k, v in feeds.items() if k in names}
-        if set(np_feeds) != names:
-            raise ValueError(f"ONNX inputs {sorted(names)} do not match the signature's {sorted(feeds)}")
-        ort_fns.append(lambda sess=sess, np_feeds=np_feeds, **kw: sess.run(None, np_feeds))
+        if not names <= {s.key for s in specs}:
+            raise ValueError(f"ONNX inputs {sorted(names)} do not match the signature's {[s.key for s in specs]}")
+        sessions.append((sess, names))
+
+    def feeds_for(batch: int) -> dict:
+        return random_inputs(specs, batch, seed=0)
+
+    def subjects(feeds: dict) -> list:
+        out = [(lambda fn=fn: fn(**feeds)) for fn in fns]
+        for sess, names in sessions:
+            # numpy inputs made once per batch size, not per call: the call is what is timed
+            np_feeds = {k: v.numpy() for k, v in feeds.items() if k in names}
+            out.append(lambda sess=sess, np_feeds=np_feeds: sess.run(None, np_feeds))
+        return out
+
+    return fns, feeds_for, subjects, loaded
+
+
+def _decide(request: dict, feeds_for, subjects) -> dict:
+    """Blocks in every batch size until every pair is settled, the looks are done or the budget is spent."""
+    cmp = request["compare"]
+    pairs, margin, level = cmp["pairs"], cmp["margin"], cmp["level"]
+    batches = request["batch_sizes"]
+    state = {}
+    for b in batches:
+        fns = subjects(feeds_for(b))
+        slowest = _warm(fns, request.get("warmup", WARMUP))
+        runs = request.get("runs") or max(3, min(DECIDE_RUNS, int(DECIDE_BLOCK_SECONDS * 1e3 / max(slowest, 1e-3))))
+        state[b] = (fns, runs, _Timings(len(fns)))
+    t0 = time.perf_counter()
+    deadline = t0 + cmp["seconds"]
+    n, stopped = 0, "looks"
+
+    def decisions():
+        return {b: [speedup.compare(t.medians[i], t.medians[j], margin, level) for i, j in pairs]
+                for b, (_, _, t) in state.items()}
+
+    for target in cmp["looks"]:
+        while n < target:
+            # the budget ends the looks early: a stop that depends on time only, never on the ratios seen so far
+            if n and time.perf_counter() + (time.perf_counter() - t0) / n > deadline:
+                stopped = "budget"
+                break
+            for b in batches:                   # batch sizes alternate too: one block of each per round
+                fns, runs, timings = state[b]
+                timings.block(fns, runs, n)
+            n += 1
+        if stopped == "budget":
+            break
+        now = decisions()
+        if all(speedup.settled([now[b][p].verdict for b in batches]) for p in range(len(pairs))):
+            stopped = "settled"
+            break
+    final = decisions()
+    return {"seconds": round(time.perf_counter() - t0, 3), "stopped": stopped, "blocks": n,
+            "settings": [{"batch_size": b, "runs": state[b][1],
+                          "latency": [x.to_json() for x in state[b][2].latencies()],
+                          "decisions": [d.to_json() for d in final[b]]} for b in batches]}
+
+
+def worker(request: dict) -> dict:
+    threads = request.get("threads", 1)
+    _set_threads(threads)
+    import tensorflow as tf
+    tf_fns, feeds_for, subjects, _loaded = _subjects(request, threads)     # _loaded keeps the variables alive
+    result = {"device": "GPU" if tf.config.list_physical_devices("GPU") else "CPU", "signature": request["signature"],
+              "threads": threads}
+    if "compare" in request:
+        # loaded: say so, then wait for the caller's go (with the time budget) or stop; several workers load at
+        # the same time, but only one measures at a time
+        print(json.dumps({"ready": True}), flush=True)
+        order = json.loads(sys.stdin.readline() or '{"stop": true}')
+        if order.get("stop"):
+            return {"stopped": True}
+        request["compare"]["seconds"] = order["go"]
+        result.update(_decide(request, feeds_for, subjects))
+        return result
+    batch = request["batch_size"]
+    blocks, runs, warmup = request.get("blocks", BLOCKS), request.get("runs", RUNS), request.get("warmup", WARMUP)
+    result["batch_size"] = batch
     # TF and ONNX Runtime calls alternate in the same blocks, so both see the same machine state
-    lat = _measure(fns + ort_fns, feeds, blocks, runs, warmup)
-    result["tf"] = [x.to_json() for x in lat[:len(fns)]]
-    if ort_fns:
-        result["onnxruntime"] = [x.to_json() for x in lat[len(fns):]]
+    feeds = feeds_for(batch)
+    fns = subjects(feeds)
+    lat = _measure(fns, blocks, runs, warmup)
+    result["tf"] = [x.to_json() for x in lat[:len(tf_fns)]]
+    if len(fns) > len(tf_fns):
+        result["onnxruntime"] = [x.to_json() for x in lat[len(tf_fns):]]
     if request.get("xla"):
-        xfns, compile_s = [], []
-        for fn in fns:
+        xcalls, compile_s = [], []
+        for fn in tf_fns:
             xfn = tf.function(lambda fn=fn, **kw: fn(**kw), jit_compile=True)
             t = time.perf_counter()
             _force(xfn(**feeds))
             compile_s.append(time.perf_counter() - t)
-            xfns.append(xfn)
-        lat = _measure(xfns, feeds, blocks, runs, 2)
+            xcalls.append(lambda xfn=xfn: xfn(**feeds))
+        lat = _measure(xcalls, blocks, runs, 2)
         for x, c in zip(lat, compile_s):
             x.compile_s = round(c, 3)
         result["xla"] = [x.to_json() for x in lat]
@@ -137,31 +268,171 @@ class ProfileError(RuntimeError):
     pass
 
 
-def measure(paths: Sequence[str], signature: str, batch_size: int = 1, xla: bool = False, blocks: int = BLOCKS,
-            runs: Optional[int] = None, timeout_s: float = 900.0, onnx: Sequence[str] = ()) -> dict:
-    """Time `signature` of each SavedModel in `paths` (interleaved, same inputs) in a fresh worker process, and each
-    ONNX model in `onnx` under ONNX Runtime (ORT_ENABLE_ALL, one thread) in the same blocks. `runs` calls per block
-    (None: as many as fill BLOCK_SECONDS for the first model, between 3 and RUNS).
+def _env(threads: int) -> dict:
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    # decide() starts one worker per thread setting at once: on a GPU the first would otherwise take all its memory
+    env.setdefault("TF_FORCE_GPU_ALLOW_GROWTH", "true")
+    if threads:
+        env["TF_OVERRIDE_GLOBAL_THREADPOOL"] = "1"
+    else:
+        env.pop("TF_OVERRIDE_GLOBAL_THREADPOOL", None)
+    return env
 
-    -> {"device", "batch_size", "signature", "tf": [Latency json per path], "xla": [...] if xla,
-        "onnxruntime": [...] if onnx}."""
-    request = {"paths": [os.path.abspath(p) for p in paths], "signature": signature, "batch_size": batch_size,
-               "xla": xla, "blocks": blocks, "runs": runs, "onnx": [os.path.abspath(p) for p in onnx]}
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", TF_OVERRIDE_GLOBAL_THREADPOOL="1")
+
+class _Worker:
+    """A worker process spoken to in JSON lines: the request, then (after its "ready") a go or a stop."""
+
+    def __init__(self, request: dict):
+        self.signature = request["signature"]
+        self.err = tempfile.TemporaryFile(mode="w+")
+        self.proc = subprocess.Popen([sys.executable, "-m", "tensat_tf.profile"], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=self.err, text=True,
+                                     env=_env(request.get("threads", 1)))
+        self.lines: queue.Queue = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+        self.send(request)
+
+    def _read(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.put(line)
+        self.lines.put(None)
+
+    def send(self, message: dict) -> None:
+        try:
+            self.proc.stdin.write(json.dumps(message) + "\n")
+            self.proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            pass                # it died: receive() says why
+
+    def receive(self, deadline: float) -> dict:
+        while True:
+            try:
+                line = self.lines.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                raise ProfileError(f"profiling {self.signature} took too long") from None
+            if line is None:
+                self.proc.wait()
+                self.err.seek(0)
+                tail = (self.err.read().strip().splitlines() or ["no output"])[-1]
+                raise ProfileError(f"profiling {self.signature} failed: {tail}")
+            if line.startswith("{"):
+                return json.loads(line)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        self.err.close()
+
+
+def _run(request: dict, timeout_s: float) -> dict:
+    sig = request["signature"]
     try:
-        proc = subprocess.run([sys.executable, "-m", "tensat_tf.profile"], input=json.dumps(request),
-                              capture_output=True, text=True, env=env, timeout=timeout_s)
+        proc = subprocess.run([sys.executable, "-m", "tensat_tf.profile"], input=json.dumps(request) + "\n",
+                              capture_output=True, text=True, env=_env(request.get("threads", 1)),
+                              timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        raise ProfileError(f"profiling {signature} took longer than {timeout_s:.0f} s") from None
+        raise ProfileError(f"profiling {sig} took longer than {timeout_s:.0f} s") from None
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise ProfileError(f"profiling {signature} failed: {tail}")
+        raise ProfileError(f"profiling {sig} failed: {tail}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def latency(d: dict) -> Latency:
-    return Latency(d["ms"], d["p10"], d["p90"], d["block_medians"], d.get("compile_s"))
+def measure(paths: Sequence[str], signature: str, batch_size: int = 1, xla: bool = False, blocks: int = BLOCKS,
+            runs: Optional[int] = None, timeout_s: float = 900.0, onnx: Sequence[str] = (),
+            threads: int = 1) -> dict:
+    """Time `signature` of each SavedModel in `paths` (interleaved, same inputs) in a fresh worker process, and each
+    ONNX model in `onnx` under ONNX Runtime (ORT_ENABLE_ALL) in the same blocks. `runs` calls per block (None: as many
+    as fill BLOCK_SECONDS for the first model, between 3 and RUNS). `threads`: 1 (one intra-op and one inter-op
+    thread) or 0 (TF's and ONNX Runtime's defaults).
+
+    -> {"device", "batch_size", "signature", "threads", "tf": [Latency json per path], "xla": [...] if xla,
+        "onnxruntime": [...] if onnx}."""
+    request = {"paths": [os.path.abspath(p) for p in paths], "signature": signature, "batch_size": batch_size,
+               "xla": xla, "blocks": blocks, "runs": runs, "onnx": [os.path.abspath(p) for p in onnx],
+               "threads": threads}
+    return _run(request, timeout_s)
+
+
+def looks(tests: int, level: float = LEVEL) -> list[int]:
+    """Block counts at which decide() looks, for `tests` settings."""
+    first = max(FIRST_LOOK, speedup.min_blocks(speedup.per_test_level(level, tests * LOOKS)))
+    return [first << j for j in range(LOOKS)]
+
+
+def decide(paths: Sequence[str], signature: str, batch_sizes: Sequence[int], threads: Sequence[int] = THREADS,
+           onnx: Sequence[str] = (), spec_path: Optional[str] = None, margin: float = speedup.MARGIN,
+           level: float = LEVEL, seconds: float = 10.0, timeout_s: float = 900.0) -> dict:
+    """Is the second subject faster than the first (faster in some setting, slower in none)? Subjects: the
+    SavedModels in `paths`, then the
+    ONNX models in `onnx` (exactly two in all: original, candidate). `spec_path`: a SavedModel whose signature gives
+    the inputs when `paths` is empty. `seconds`: measuring time for all settings together (worker start-up, model
+    loading and warm-up not included), shared evenly by the thread settings still to run.
+
+    -> {"device", "keep": bool (speedup.keep over every setting), "settings": [{"batch_size", "threads",
+        "decision": Decision json, "original": Latency json, "candidate": Latency json, "runs"}] (settings that
+        were not measured are left out; keep is False then), "level", "per_test_level", "margin", "looks",
+        "seconds", "stopped": per thread setting, "reason": one line}."""
+    if len(paths) + len(onnx) != 2:
+        raise ValueError("decide() compares exactly two subjects")
+    batch_sizes = sorted(set(int(b) for b in batch_sizes))
+    threads = list(dict.fromkeys(int(t) for t in threads))
+    tests = len(batch_sizes) * len(threads)
+    lv = speedup.per_test_level(level, tests * LOOKS)
+    plan = looks(tests, level)
+    out = {"level": level, "per_test_level": round(lv, 6), "margin": margin, "looks": plan, "settings": [],
+           "stopped": {}, "seconds": 0.0}
+    verdicts: dict = {(b, t): None for b in batch_sizes for t in threads}
+    spent = 0.0
+    deadline = time.monotonic() + timeout_s
+    # one worker per thread setting, all started (TF import, model loading) at once; they measure one after another
+    workers = [_Worker({"paths": [os.path.abspath(p) for p in paths], "onnx": [os.path.abspath(p) for p in onnx],
+                        "spec_path": os.path.abspath(spec_path) if spec_path else None, "signature": signature,
+                        "batch_sizes": batch_sizes, "threads": t,
+                        "compare": {"pairs": [[0, 1]], "margin": margin, "level": lv, "looks": plan}})
+               for t in threads]
+    try:
+        for w in workers:
+            w.receive(deadline)                 # {"ready": true}
+        for i, (t, w) in enumerate(zip(threads, workers)):
+            if speedup.SLOWER in verdicts.values():
+                w.send({"stop": True})          # the candidate loses somewhere: other settings cannot save it
+                continue
+            w.send({"go": max(0.0, seconds - spent) / (len(threads) - i)})
+            r = w.receive(deadline)
+            spent += r["seconds"]
+            _collect(out, verdicts, r, t)
+    finally:
+        for w in workers:
+            w.close()
+    out["seconds"] = round(spent, 3)
+    out["keep"] = speedup.keep(verdicts.values())
+    out["reason"] = _reason(verdicts, out["keep"], margin)
+    return out
+
+
+def _reason(verdicts: dict, keep: bool, margin: float) -> str:
+    def where(verdict):
+        return ", ".join(f"batch {b} threads {threads_label(t)}" for (b, t), v in verdicts.items() if v == verdict)
+    if keep:
+        return f"faster in {where(speedup.FASTER)}; slower in none"
+    if speedup.SLOWER in verdicts.values():
+        return f"slower in {where(speedup.SLOWER)}"
+    if None in verdicts.values():
+        return f"not measured in {where(None)}"
+    return f"faster in no setting by more than the {100 * margin:g} % margin, beyond noise"
+
+
+def _collect(out: dict, verdicts: dict, r: dict, t: int) -> None:
+    out["device"] = r["device"]
+    out["stopped"][threads_label(t)] = r["stopped"]
+    for s in r["settings"]:
+        d = s["decisions"][0]
+        verdicts[(s["batch_size"], t)] = d["verdict"]
+        out["settings"].append({"batch_size": s["batch_size"], "threads": threads_label(t), "decision": d,
+                                "original": s["latency"][0], "candidate": s["latency"][1], "runs": s["runs"]})
 
 
 if __name__ == "__main__":
-    print(json.dumps(worker(json.loads(sys.stdin.read()))))
+    print(json.dumps(worker(json.loads(sys.stdin.readline()))), flush=True)

@@ -9,15 +9,22 @@ distance between the original signature and TF's own frozen copy of it: freezing
 TF's runtime then folds in another order, which alone moves a deep network's outputs (MobileNetV2: 2.7e-5 relative,
 measured). Our output cannot be held to a tighter bound than TF's own freezing; a wrong rewrite is orders of
 magnitude above either.
+
+When the *original* cannot run on these inputs (a kernel this CPU lacks, such as "Fused conv implementation does not
+support grouped convolutions for now" on CPUs without AVX-512, or an op that raises on random inputs), nothing can
+be verified: errors.OriginalFails names the op and TF's reason. convert checks this right after loading
+(check_original), before any optimization work. A failure of the converted signature is a verification failure.
 """
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Optional, Sequence
 
 import numpy as np
 import tensorflow as tf
 
+from tensat_tf import errors
 from tensat_tf.io.load import TensorSpec
 
 NOISE_FACTOR = 10.0
@@ -69,6 +76,51 @@ def compare(ref: np.ndarray, got: np.ndarray, dtype: tf.DType, tol: float) -> tu
     return max_abs, max_rel, max_rel <= tol
 
 
+_NODE = re.compile(r"\{\{node ([^}]+)\}\}")
+_NOISE = ("Graph execution error", "Detected at node", "<stack traces unavailable>", "File ", "[[{{node")
+
+
+def _reason(e: tf.errors.OpError, fn) -> str:
+    """'op TYPE (node NAME): TF's first meaningful line' from a TF runtime error of fn."""
+    message = e.message or str(e)
+    nodes = _NODE.findall(message)
+    node = nodes[-1] if nodes else None
+    lines = [ln.strip() for ln in message.splitlines()]
+    text = next((ln for ln in lines if ln and not ln.startswith(_NOISE)), lines[0] if lines else "")
+    text = _NODE.sub("", text).replace("[[]]", "").strip()
+    if len(text) > 240:
+        text = text[:240] + "..."
+    op = None
+    if node is not None:
+        try:
+            gd = fn.graph.as_graph_def()
+            for n in list(gd.node) + [n for f in gd.library.function for n in f.node_def]:
+                if n.name == node:
+                    op = n.op
+                    break
+        except Exception:  # noqa: BLE001 - naming the op is a courtesy; the reason alone is still one clear line
+            op = None
+    where = (f"op {op} (node {node})" if op else f"node {node}") if node else "an op"
+    return f"{where}: {type(e).__name__}: {text}"
+
+
+def run_original(fn, sig_name: str, tag: str, feeds: dict) -> dict:
+    """fn(**feeds) for the original signature; errors.OriginalFails (one line) when TF cannot run it."""
+    try:
+        return fn(**feeds)
+    except tf.errors.OpError as e:
+        raise errors.OriginalFails(
+            f"the original model fails in TensorFlow itself on the verification inputs (signature {sig_name}, "
+            f"batch {tag}), so nothing can be verified: {_reason(e, fn)}") from None
+
+
+def check_original(model, batch_sizes: Sequence[int] = (1, 4), seed: int = 0) -> None:
+    """Run every original signature of a LoadedModel on verification's inputs (before any optimization work)."""
+    for name, sig in sorted(model.signatures.items()):
+        for b in batch_sizes:
+            run_original(sig.function, name, str(b), random_inputs(sig.inputs, b, seed + b))
+
+
 def verify(pairs, batch_sizes: Sequence[int] = (1, 4), seed: int = 0, rtol: Optional[float] = None,
            given: Optional[dict] = None) -> Verification:
     """pairs: [(signature name, input specs, output specs, reference fn, candidate fn, baseline fn or None)]."""
@@ -77,7 +129,12 @@ def verify(pairs, batch_sizes: Sequence[int] = (1, 4), seed: int = 0, rtol: Opti
         feeds_list = [(f"given", given[sig])] if given and sig in given else [
             (str(b), random_inputs(in_specs, b, seed + b)) for b in batch_sizes]
         for tag, feeds in feeds_list:
-            ref, got = ref_fn(**feeds), new_fn(**feeds)
+            ref = run_original(ref_fn, sig, tag, feeds)
+            try:
+                got = new_fn(**feeds)
+            except tf.errors.OpError as e:
+                raise errors.VerificationFailed(f"the converted signature {sig} fails at batch {tag} where the "
+                                                f"original runs: {_reason(e, new_fn)}; nothing was written") from None
             base = base_fn(**feeds) if base_fn is not None else None
             for spec in out_specs:
                 a, b = ref[spec.key].numpy(), got[spec.key].numpy()

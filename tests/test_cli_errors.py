@@ -158,3 +158,34 @@ def test_unknown_zoo_model(tmp_path):
 def test_exit_codes_are_distinct():
     codes = list(errors.EXIT_CODES.values())
     assert len(codes) == len(set(codes)) and 0 not in codes
+
+
+def test_safety_exit_codes_are_pinned():
+    """Scripts rely on them (README "Exit codes"): unsafe ops, unsafe asset, original fails here, interrupted."""
+    assert (errors.UnsafeOps.exit_code, errors.UnsafeAsset.exit_code, errors.OriginalFails.exit_code,
+            errors.Interrupted.exit_code) == (17, 18, 19, 130)
+    assert all(issubclass(c, errors.BadInput) for c in (errors.UnsafeOps, errors.UnsafeAsset, errors.OriginalFails))
+
+
+def _catches(pid, sig):
+    """Whether process pid has a handler for sig (SigCgt in /proc; Python itself catches SIGINT, not SIGTERM)."""
+    with open(f"/proc/{pid}/status") as f:
+        mask = next(int(line.split()[1], 16) for line in f if line.startswith("SigCgt:"))
+    return bool(mask >> (int(sig) - 1) & 1)
+
+
+def test_interrupt_before_the_command_runs_is_one_line(tmp_path):
+    """SIGINT while the CLI is still importing (before any work): one line, exit 130, no traceback."""
+    import signal
+    import time
+    proc = subprocess.Popen(CLI + ["convert", "zoo:mlp", f"--output_dir={tmp_path / 'out'}", "--noprogress"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not _catches(proc.pid, signal.SIGTERM):   # the CLI's handlers are in
+        time.sleep(0.02)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == errors.Interrupted.exit_code, err
+    assert len(err.strip().splitlines()) == 1 and err.startswith("tensat_tf: error: interrupted"), err
+    assert not os.path.exists(tmp_path / "out")

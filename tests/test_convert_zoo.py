@@ -87,7 +87,13 @@ def test_weights_shared_across_signatures(zoo_cache, tmp_path):
 def test_keras_application_converts(name, zoo_cache, tmp_path):
     # TF's own frozen copy of MobileNetV2 already differs from the variable-based original by ~3e-5 (constant BN
     # math folded in another order); verification scales its tolerance by that measured noise floor.
-    report = check_conversion(name, tmp_path, max_rel=1e-3)
+    from tensat_tf import errors
+    try:
+        report = check_conversion(name, tmp_path, max_rel=1e-3)
+    except errors.OriginalFails as e:
+        if "grouped convolutions" in str(e):      # resnext50 on a CPU without AVX-512: TF's kernel limitation
+            pytest.skip(f"TF cannot run the original here: {e}")
+        raise
     for sig in report["signatures"].values():
         assert sig["verification"]["max_rel_diff"] <= 10 * max(1e-5, sig["verification"]["noise_floor"])
 

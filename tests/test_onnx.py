@@ -64,3 +64,67 @@ def test_emit_onnx_refuses_existing_file_and_unknown_signature(zoo_cache, tmp_pa
     with pytest.raises(errors.UnknownName, match="onnx_signature"):
         convert("zoo:mlp", out, Options(profile=False, emit_onnx=True, onnx_signature="nope"))
     assert os.listdir(tmp_path) == []
+
+
+def _fake_decide(tf_keep: bool, onnx_keep: bool):
+    from tensat_tf import speedup
+
+    def decide(paths, signature, batch_sizes, threads=(1, 0), onnx=(), **kwargs):
+        keep = onnx_keep if onnx else tf_keep
+        d = speedup.Decision(1.2 if keep else 1.0, 1.1 if keep else 0.9, 1.3, 12, "faster" if keep else "no difference")
+        settings = [{"batch_size": b, "threads": str(t), "runs": 3, "decision": d.to_json(), "original": {"ms": 1.0},
+                     "candidate": {"ms": 1.0}} for b in batch_sizes for t in threads]
+        return {"device": "CPU", "keep": keep, "settings": settings, "seconds": 0.0, "stopped": {},
+                "reason": "stubbed decision"}
+    return decide
+
+
+def _onnx_ops(path):
+    import onnx
+    from collections import Counter
+    return Counter(n.op_type for n in onnx.load(path).graph.node)
+
+
+@pytest.mark.parametrize("onnx_keep", [False, True])
+def test_emit_onnx_follows_the_never_slower_rule(zoo_cache, tmp_path, monkeypatch, onnx_keep):
+    """The SavedModel publishes the optimized graph; the ONNX file is ours only when measured faster than tf2onnx's
+    conversion of the user's original, else the original's conversion (checked against the original)."""
+    from tensat_tf import profile, zoo
+    from tensat_tf.io import load as load_mod
+    monkeypatch.setattr(profile, "decide", _fake_decide(True, onnx_keep))
+    out = str(tmp_path / "out")
+    report = convert("zoo:keras_cnn", out, Options(profile=True, emit_onnx=True))
+    assert report["signatures"]["serving_default"]["profile"]["published"] == "optimized"
+    choice = report["onnx"]["profile"]
+    assert choice["published"] == ("optimized" if onnx_keep else "original") and choice["settings"]
+    assert not [f for f in os.listdir(tmp_path) if f.startswith(".tensat_tf-")]     # the other file is gone
+    sig = load_mod.load(zoo.resolve("zoo:keras_cnn")).signatures["serving_default"]
+    original_ops = _onnx_ops_of(onnx_export.convert_signature(sig, sig.graph_def))
+    published_ops = _onnx_ops(out + ".onnx")
+    assert (published_ops == original_ops) == (not onnx_keep)
+    assert report["onnx"]["ops"] == dict(sorted(published_ops.items()))
+    assert report["onnx"]["max_rel_diff"] <= 1e-5
+
+
+def _onnx_ops_of(model):
+    from collections import Counter
+    return Counter(n.op_type for n in model.graph.node)
+
+
+def test_emit_onnx_of_a_signature_that_publishes_the_original(zoo_cache, tmp_path, monkeypatch):
+    from tensat_tf import profile
+    monkeypatch.setattr(profile, "decide", _fake_decide(False, True))
+    report = convert("zoo:mlp", str(tmp_path / "out"), Options(profile=True, emit_onnx=True))
+    assert report["signatures"]["serving_default"]["profile"]["published"] == "original"
+    assert report["onnx"]["profile"]["published"] == "original" and "settings" not in report["onnx"]["profile"]
+
+
+def test_onnx_aa_is_not_faster(zoo_cache, tmp_path):
+    """ONNX Runtime timing in the profile worker: one ONNX file against itself is never "faster"."""
+    from tensat_tf import profile
+    out = str(tmp_path / "out")
+    convert("zoo:mlp", out, Options(profile=False, emit_onnx=True))
+    r = profile.decide([], "serving_default", [1, 2], threads=(1,), onnx=[out + ".onnx", out + ".onnx"],
+                       spec_path=out, seconds=1.0)
+    assert r["keep"] is False and len(r["settings"]) == 2
+    assert all(s["decision"]["verdict"] != "faster" and s["original"]["ms"] > 0 for s in r["settings"])

@@ -293,7 +293,13 @@ def test_nasrnn_taso(tmp_path):
 
 @pytest.mark.slow
 def test_resnext50(tmp_path):
-    loaded, gd = build_slow("resnext50", tmp_path)
+    try:
+        loaded, gd = build_slow("resnext50", tmp_path)
+    except tf.errors.OpError as e:
+        if "grouped convolutions" in str(e):      # CPUs without AVX-512: TF's fused conv kernel lacks groups
+            why = next(line for line in str(e).splitlines() if "grouped convolutions" in line).strip()
+            pytest.skip(f"TF cannot run the original here (a kernel this CPU lacks): {why}")
+        raise
     ops = op_counts(gd)
     assert ops["Conv2D"] == ops["BiasAdd"] - 1 == 53 and ops["AddV2"] == 16 and ops["MatMul"] == 1
     # the 16 grouped 3x3 convs: 32 groups, each filter sees cin / 32 input channels

@@ -21,12 +21,29 @@ flags.DEFINE_bool("canonicalize", True, "Run Grappler's cleanup passes before th
 flags.DEFINE_list("verify_batch_sizes", ["1", "4"], "Batch sizes used for unknown leading dimensions in verification.")
 flags.DEFINE_integer("seed", 0, "Seed of the random verification inputs.")
 flags.DEFINE_float("rtol", None, "Max relative difference allowed in verification (default per dtype: 1e-5 float32).")
-flags.DEFINE_bool("profile", True, "Time original vs optimized (one thread, interleaved blocks, in a clean worker "
-                                   "process) and write any signature that is not faster beyond noise without the "
-                                   "e-graph rewrites. The decision is a measurement: pass --noprofile for "
-                                   "byte-reproducible builds.")
-flags.DEFINE_integer("profile_batch_size", 1, "Batch size used for unknown leading dimensions when profiling.")
+flags.DEFINE_bool("profile", True, "Time original vs optimized (paired blocks in clean worker processes, every "
+                                   "--profile_batch_sizes x --profile_threads setting) and publish the original graph "
+                                   "of any signature not measured faster (faster in one setting beyond noise, slower "
+                                   "in none; tensat_tf/speedup.py). The decision is a measurement: pass --noprofile "
+                                   "for byte-reproducible builds.")
+flags.DEFINE_list("profile_batch_sizes", [], "Batch sizes (unknown leading dimensions) the profile decision measures "
+                                             "(default: 1 and --verify_batch_sizes).")
+flags.DEFINE_list("profile_threads", ["1", "default"], "Thread settings the profile decision measures: a number of "
+                                                       "intra-op (= inter-op) threads, or 'default' for TF's own "
+                                                       "pools (what TF Serving uses).")
+flags.DEFINE_float("profile_seconds", 8.0, "Measuring time per signature for the profile decision (blocks are added "
+                                            "while undecided; undecided at the end means the original is kept). "
+                                            "Worker start-up and model loading come on top.")
+flags.DEFINE_float("profile_margin", 0.02, "Smallest speedup that counts: 'faster' needs the confidence interval of "
+                                           "the median block ratio above 1 + margin.")
 flags.DEFINE_integer("min_variable_elements", 1024, "Constants with at least this many elements become variables.")
+flags.DEFINE_list("allow_ops", [], "Accept these ops although they have effects outside the graph (files, network, "
+                                   "Python, debug output; see tensat_tf/io/scan.py). Without it such a model is "
+                                   "refused (exit 17) before anything of it runs.")
+
+
+def _num(x) -> str:
+    return "inf" if x is None else f"{x:.3f}"
 
 
 def _table(report: dict) -> str:
@@ -42,12 +59,17 @@ def _table(report: dict) -> str:
                          f"predicted cost {ex.get('cost_before')} -> {ex.get('cost_after')} ms"
                          + (f" (kept input: {ex['kept_input']})" if ex.get("kept_input") else ""))
         prof = s.get("profile") or {}
-        if "speedup" in prof:
-            lines.append(f"  latency ({prof['device']}, batch {prof['batch_size']}): {prof['original']['ms']:.4f} -> "
-                         f"{prof['optimized']['ms']:.4f} ms, speedup {prof['speedup']:.3f}x"
-                         + ("; not faster beyond noise, the original graph is kept" if prof["kept_original"] else ""))
-        elif prof:
-            lines.append(f"  latency: {prof.get('skipped') or prof.get('error')}")
+        for x in prof.get("settings", []):
+            d = x["decision"]
+            lines.append(f"  latency ({prof['device']}, batch {x['batch_size']}, threads {x['threads']}): "
+                         f"{x['original']['ms']:.4f} -> {x['candidate']['ms']:.4f} ms (best block); median ratio "
+                         f"{_num(d['ratio'])}x, {100 * d['level']:.2f}% interval [{_num(d['low'])}, "
+                         f"{_num(d['high'])}] over {d['blocks']} blocks: {d['verdict']}")
+        if prof:
+            lines.append(f"  published: the {prof.get('published', 'optimized')} graph"
+                         + (f" ({prof['reason']})" if prof.get("reason") else "")
+                         + (f"; same graphs as {prof['same_as']}, measured once" if prof.get("same_as") else "")
+                         + (f"; {prof['error']}" if prof.get("error") else ""))
         if s.get("rules_applied"):
             lines.append("  rules applied: " + ", ".join(f"{k} x{v}" for k, v in s["rules_applied"].items()))
         for p in s["passes"]:
@@ -67,6 +89,16 @@ def _table(report: dict) -> str:
         o = report["onnx"]
         lines.append(f"onnx: {o['path']} (signature {o['signature']}, opset {o['opset']}, {len(o['ops'])} op types); "
                      f"onnxruntime max rel diff {o['max_rel_diff']:.2e}")
+        prof = o.get("profile") or {}
+        for x in prof.get("settings", []):
+            d = x["decision"]
+            lines.append(f"  onnxruntime (batch {x['batch_size']}, threads {x['threads']}): tf2onnx of the original "
+                         f"{x['original']['ms']:.4f} -> ours {x['candidate']['ms']:.4f} ms (best block); median ratio "
+                         f"{_num(d['ratio'])}x, interval [{_num(d['low'])}, {_num(d['high'])}] over {d['blocks']} "
+                         f"blocks: {d['verdict']}")
+        if prof:
+            lines.append(f"  written: the {'optimized graph' if prof['published'] == 'optimized' else 'original'}'s "
+                         f"conversion ({prof.get('reason', '')})")
     lines.append("seconds per stage: " + ", ".join(f"{k} {v:.3f}" for k, v in report["timing_s"].items()))
     return "\n".join(lines)
 
@@ -82,7 +114,22 @@ def options_from_flags(**extra):
                    verify_batch_sizes=batch_sizes, seed=FLAGS.seed, rtol=FLAGS.rtol,
                    min_variable_elements=FLAGS.min_variable_elements, tags=FLAGS.tags,
                    engine=engine_flags.engine_options(), profile=FLAGS.profile,
-                   profile_batch_size=FLAGS.profile_batch_size, **extra)
+                   **_profile_options(), allow_ops=tuple(FLAGS.allow_ops), **extra)
+
+
+def _profile_options() -> dict:
+    try:
+        batch_sizes = tuple(int(b) for b in FLAGS.profile_batch_sizes) or None
+        threads = tuple(0 if t == "default" else int(t) for t in FLAGS.profile_threads)
+    except ValueError:
+        raise errors.BadInput(f"--profile_batch_sizes must be integers and --profile_threads integers or 'default': "
+                              f"{FLAGS.profile_batch_sizes}, {FLAGS.profile_threads}") from None
+    if not threads or min(threads) < 0 or (batch_sizes and min(batch_sizes) < 1):
+        raise errors.BadInput("--profile_threads needs at least one setting, and batch sizes must be positive")
+    if FLAGS.profile_seconds <= 0 or FLAGS.profile_margin < 0:
+        raise errors.BadInput("--profile_seconds must be positive and --profile_margin not negative")
+    return {"profile_batch_sizes": batch_sizes, "profile_threads": threads, "profile_seconds": FLAGS.profile_seconds,
+            "profile_margin": FLAGS.profile_margin}
 
 
 def default_report_path(output_dir: str) -> str:

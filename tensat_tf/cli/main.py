@@ -1,11 +1,18 @@
 """`tensat_tf` command line: an absl app with subcommands (convert, extract, calibrate).
 
-Exit codes (see tensat_tf.errors): 0 success; 1 usage; 10-16 bad input; 20 verification failed; 30 internal error.
+Exit codes (see tensat_tf.errors): 0 success; 1 usage; 10-19 bad input (17 unsafe ops, 18 unsafe asset, 19 the
+original cannot run here); 20 verification failed; 30 internal error; 40 batch; 130 interrupted.
 Errors are one line on stderr; a traceback only with --verbosity=1 or higher.
+
+Ctrl-C (SIGINT) and SIGTERM: the handler raises KeyboardInterrupt, so every `finally` on the way out runs (the
+staging folder and a pending ONNX file are removed: tensat_tf/io/save.py staging_dir), further signals are ignored
+while that clean-up runs, and the command exits 130 with one line. A signal that arrives once publishing began
+(save.committing()) is held until the command finishes: the output is then complete, never half-renamed.
 """
 from __future__ import annotations
 
 import os
+import signal
 import sys
 
 # TF's C++ logging prints oneDNN/CUDA banners on stderr at import; a CLI error must stay one clear line.
@@ -24,7 +31,7 @@ USAGE = """tensat_tf: TENSAT-style equality saturation for TensorFlow SavedModel
   tensat_tf convert SAVED_MODEL_DIR|zoo:NAME --output_dir=OUT [--report=PATH] [--overwrite] [--signatures=a,b]
         [--rules=...] [--iterations=15] [--node_limit=50000] [--saturation_seconds=60] [--k_multi=1]
         [--method=ilp|greedy] [--ilp_seconds=10] [--cost_model=analytic|measured] [--batch_size=1]
-        [--emit_onnx [--onnx_signature=S]] [--warmup] [--noprogress]
+        [--emit_onnx [--onnx_signature=S]] [--warmup] [--noprogress] [--allow_ops=A,B]
   tensat_tf convert [SRC] --model_base_path=BASE [--nowarmup]   (TF Serving: BASE/N -> BASE/N+1, warm-up records)
   tensat_tf batch --input_glob=GLOB|zoo:NAME [...] --output_root=ROOT [--jobs=N] [--model_timeout=S]
         [--model_memory_mb=MB] [convert's flags]   (one worker per model; resumable; one JSON line per model)
@@ -42,6 +49,36 @@ def _fail(code: int, message: str) -> int:
     return code
 
 
+_INTERRUPTED = {"convert": "interrupted: nothing written",
+                "batch": "interrupted: models already converted are kept; nothing of the running ones was written"}
+_held: list[int] = []       # signals that arrived while publishing
+
+
+def _on_signal(signum, frame) -> None:
+    save = sys.modules.get("tensat_tf.io.save")      # never import in a handler: only look
+    if save is not None and save.committing():
+        _held.append(signum)                         # publishing: let the command finish
+        return
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, signal.SIG_IGN)           # the clean-up on the way out must not be cut short
+    raise KeyboardInterrupt
+
+
+def _quiet_unraisable(default=sys.unraisablehook):
+    """A KeyboardInterrupt raised inside a __del__ or a callback prints 'Exception ignored in ...': not for users."""
+    def hook(unraisable):
+        if unraisable.exc_type is not None and issubclass(unraisable.exc_type, KeyboardInterrupt):
+            return
+        default(unraisable)
+    return hook
+
+
+def install_signal_handlers() -> None:
+    signal.signal(signal.SIGINT, _on_signal)
+    signal.signal(signal.SIGTERM, _on_signal)
+    sys.unraisablehook = _quiet_unraisable()
+
+
 def main(argv: list[str]) -> int:
     if len(argv) < 2 or argv[1] not in COMMANDS:
         print(USAGE, file=sys.stderr)
@@ -50,7 +87,15 @@ def main(argv: list[str]) -> int:
     if not flags.FLAGS["verbosity"].present:
         logging.set_verbosity(logging.WARNING)    # TF's INFO chatter (savers, fingerprints) is not for users
     try:
-        return COMMANDS[argv[1]].main(argv[2:])
+        code = COMMANDS[argv[1]].main(argv[2:])
+        if _held:
+            return _fail(errors.Interrupted.exit_code, "interrupted while publishing: the run was finished first, "
+                                                       "its output is complete")
+        return code
+    except KeyboardInterrupt:
+        if logging.get_verbosity() >= 1:
+            logging.exception("interrupted")
+        return _fail(errors.Interrupted.exit_code, _INTERRUPTED.get(argv[1], "interrupted"))
     except errors.TensatError as e:
         if logging.get_verbosity() >= 1:
             logging.exception("failed")
@@ -73,9 +118,14 @@ def _quiet_native_stderr() -> None:
 
 
 def run() -> None:
+    install_signal_handlers()
     if not any(a.startswith(("--verbosity", "-v")) for a in sys.argv[1:]):
         _quiet_native_stderr()
-    app.run(main, flags_parser=_parse_flags)
+    try:
+        app.run(main, flags_parser=_parse_flags)
+    except KeyboardInterrupt:     # before or after main() (flag parsing, imports): still one line
+        print("tensat_tf: error: interrupted", file=sys.stderr)
+        sys.exit(130)
 
 
 def _parse_flags(argv: list[str]) -> list[str]:

@@ -1,8 +1,10 @@
 """Load a SavedModel: check it, then freeze every signature into a GraphDef with an I/O table keyed by name.
 
 Checks run before TensorFlow touches the model, so that bad input gets one clear message (and a distinct exit code)
-instead of a TF traceback: the path exists, it holds a saved_model.pb that parses, and its variables checkpoint is
-complete and readable.
+instead of a TF traceback: the path exists, it holds a saved_model.pb that parses, its graphs hold no op with effects
+outside the graph and its asset folders no link leaving the SavedModel (tensat_tf/io/scan.py: a model is code, and
+conversion runs it), and its variables checkpoint is complete and readable. Every command that reads a SavedModel
+(convert, its serving mode, the workers of batch, profile, calibrate) comes through load() here.
 
 Freezing uses convert_variables_to_constants_v2_as_graph(lower_control_flow=False): the default lowers While/If into
 v1 Switch/Merge loops, which are cyclic graphs (research/tf.md §1). The frozen function takes its inputs and returns
@@ -21,6 +23,7 @@ from tensorflow.core.protobuf import saved_model_pb2
 from tensorflow.python.framework import convert_to_constants
 
 from tensat_tf import errors
+from tensat_tf.io import scan
 from tensat_tf.item import GrapplerItem
 
 
@@ -63,8 +66,8 @@ class LoadedModel:
     loaded: object                # keeps the loaded object (and its variables) alive
 
 
-def check_saved_model_dir(path: str) -> saved_model_pb2.SavedModel:
-    """The structural checks; returns the parsed saved_model.pb."""
+def check_saved_model_dir(path: str, allow_ops: Sequence[str] = ()) -> saved_model_pb2.SavedModel:
+    """The structural and safety checks (nothing of the model runs); returns the parsed saved_model.pb."""
     if not os.path.exists(path):
         raise errors.MissingPath(f"no such file or directory: {path}")
     if not os.path.isdir(path):
@@ -82,6 +85,8 @@ def check_saved_model_dir(path: str) -> saved_model_pb2.SavedModel:
         raise errors.CorruptSavedModel(f"corrupt saved_model.pb in {path}: {e}") from None
     if not sm.meta_graphs:
         raise errors.CorruptSavedModel(f"corrupt saved_model.pb in {path}: it holds no MetaGraph")
+    scan.check_assets(path, sm)
+    scan.check(sm, path, allow_ops)
     _check_variables(path, sm)
     return sm
 
@@ -108,6 +113,11 @@ def _check_variables(path: str, sm) -> None:
     except (tf.errors.OpError, ValueError, IndexError, OSError, RuntimeError) as e:
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         raise errors.BadVariables(f"variables unreadable in {path}: {msg}") from None
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
 
 
 def _freeze(fn) -> tuple[object, tf.compat.v1.GraphDef]:
@@ -145,14 +155,17 @@ def _io_table(fn, frozen_fn, sig_name: str) -> tuple[list[TensorSpec], list[Tens
     return inputs, outputs
 
 
-def load(path: str, tags: Sequence[str] = ("serve",), only: Optional[Sequence[str]] = None) -> LoadedModel:
-    """Load and freeze the signatures of `path` (all of them, or the ones named in `only`)."""
-    check_saved_model_dir(path)
+def load(path: str, tags: Sequence[str] = ("serve",), only: Optional[Sequence[str]] = None,
+         allow_ops: Sequence[str] = ()) -> LoadedModel:
+    """Load and freeze the signatures of `path` (all of them, or the ones named in `only`). Nothing of the model
+    runs before check_saved_model_dir passed (ops with outside effects are refused unless named in allow_ops)."""
+    check_saved_model_dir(path, allow_ops)
     try:
         loaded = tf.saved_model.load(path, tags=list(tags) if tags else None)
-    except (tf.errors.OpError, ValueError, RuntimeError, KeyError) as e:
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise errors.CorruptSavedModel(f"cannot load SavedModel {path}: {msg}") from None
+    except Exception as e:  # noqa: BLE001 - a damaged object graph makes TF's loader raise anything (TypeError,
+        # AttributeError, NotEncodableError: tests/test_fuzz.py); the file parsed, so TF cannot load what it holds
+        raise errors.CorruptSavedModel(f"cannot load SavedModel {path}: {type(e).__name__}: {_first_line(e)}") \
+            from None
     names = sorted(loaded.signatures.keys())
     if not names:
         raise errors.UnsupportedSignature(f"SavedModel {path} has no signatures to convert")
@@ -167,8 +180,10 @@ def load(path: str, tags: Sequence[str] = ("serve",), only: Optional[Sequence[st
         try:
             frozen_fn, gd = _freeze(fn)
         except (ValueError, tf.errors.OpError) as e:
-            raise errors.UnsupportedSignature(f"signature '{name}' cannot be frozen: {str(e).splitlines()[0]}") \
-                from None
+            raise errors.UnsupportedSignature(f"signature '{name}' cannot be frozen: {_first_line(e)}") from None
+        except Exception as e:  # noqa: BLE001 - as above: a damaged function library
+            raise errors.CorruptSavedModel(f"signature '{name}' of {path} cannot be frozen: "
+                                           f"{type(e).__name__}: {_first_line(e)}") from None
         inputs, outputs = _io_table(fn, frozen_fn, name)
         sigs[name] = Signature(name, gd, inputs, outputs, fn, frozen_fn)
     return LoadedModel(path, sigs, skipped, loaded)

@@ -27,6 +27,7 @@ import hashlib
 import os
 import re
 import shutil
+import socket
 import tempfile
 from typing import Optional
 
@@ -36,9 +37,10 @@ from tensorflow.core.protobuf import fingerprint_pb2, saved_model_pb2
 from tensorflow.python.saved_model.pywrap_saved_model import fingerprinting as fingerprinting_pywrap
 
 from tensat_tf import errors
+from tensat_tf.io import scan
 from tensat_tf.io.load import Signature
 
-EXTRA_DIRS = ("assets", "assets.extra")
+EXTRA_DIRS = scan.EXTRA_DIRS
 
 
 class _Exported(tf.Module):
@@ -300,10 +302,12 @@ def write_saved_model(export_dir: str, sigs: dict[str, Signature], graphs: dict[
         functions[name] = _make_function(sigs[name], gd, var_map)
     tf.saved_model.save(module, export_dir, signatures=functions)
     _canonicalize(export_dir)
+    scan.check_assets(source_dir)   # checked at load already; again here, in case the folder changed since
     for extra in EXTRA_DIRS:
         src = os.path.join(source_dir, extra)
         if os.path.isdir(src):
-            shutil.copytree(src, os.path.join(export_dir, extra), dirs_exist_ok=True)
+            # links (all inside the SavedModel, see scan.check_assets) are copied as the content they point to
+            shutil.copytree(src, os.path.join(export_dir, extra), symlinks=False, dirs_exist_ok=True)
 
 
 def check_output_dir(output_dir: str, overwrite: bool) -> None:
@@ -315,13 +319,60 @@ def check_output_dir(output_dir: str, overwrite: bool) -> None:
     parent = os.path.dirname(os.path.abspath(output_dir))
     if not os.path.isdir(parent):
         raise errors.MissingPath(f"parent of the output directory does not exist: {parent}")
+    remove_stale_staging(parent)
+
+
+STAGING_PREFIX = ".tensat_tf-"
+# `.tensat_tf-<pid>@<host>-<random>`: the owner of a staging folder, so a later run can remove what a killed run left
+_STAGING = re.compile(r"^\.tensat_tf-(\d+)@(.+)-[^-]+$")
+_committing = False      # set once publish() starts: from then on the output is (being) written
+
+
+def committing() -> bool:
+    """Whether this process began publishing (the CLI then lets an interrupted run finish instead of undoing it)."""
+    return _committing
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:       # another user's live process
+        return True
+    return True
+
+
+def remove_stale_staging(parent: str) -> list[str]:
+    """Remove the staging folders in `parent` whose owner process (on this host) is gone; -> the removed names.
+    A folder of a live run, of another host, or without an owner in its name (older versions) is left alone."""
+    removed = []
+    host = socket.gethostname()
+    try:
+        names = sorted(os.listdir(parent))
+    except OSError:
+        return removed
+    for name in names:
+        m = _STAGING.match(name)
+        if not m or m.group(2) != host or int(m.group(1)) == os.getpid() or _alive(int(m.group(1))):
+            continue
+        path = os.path.join(parent, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+            removed.append(name)
+    return removed
 
 
 @contextlib.contextmanager
 def staging_dir(output_dir: str):
-    """A temporary folder beside output_dir (same filesystem, so the final rename is atomic); removed on failure."""
+    """A temporary folder beside output_dir (same filesystem, so the final rename is atomic); removed on failure and
+    on interruption (KeyboardInterrupt passes through the finally). Its name holds this process's pid and host, so
+    the next run in the same folder removes it if this process was killed outright (remove_stale_staging)."""
+    global _committing
+    _committing = False
     parent = os.path.dirname(os.path.abspath(output_dir))
-    tmp = tempfile.mkdtemp(prefix=".tensat_tf-", dir=parent)
+    remove_stale_staging(parent)
+    tmp = tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}@{socket.gethostname()}-", dir=parent)
     try:
         yield tmp
     finally:
@@ -331,6 +382,8 @@ def staging_dir(output_dir: str):
 
 def publish(staged: str, output_dir: str, overwrite: bool) -> None:
     """Move the staged SavedModel into place. A non-empty destination is replaced only with overwrite=True."""
+    global _committing
+    _committing = True
     out = os.path.abspath(output_dir)
     old: Optional[str] = None
     if os.path.exists(out):
