@@ -18,7 +18,7 @@ from tensat_tf.rules.compile import compile_rule, ruleset_name
 from tensat_tf.rules.syntax import Excluded, Rule, RuleSyntaxError, parse_file
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-DEFAULT_FAMILIES = ("tensat", "tf-fold", "merge")
+DEFAULT_FAMILIES = ("tensat", "tf-fold", "merge", "einsum")
 
 
 class UnknownRule(ValueError):

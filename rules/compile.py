@@ -10,6 +10,14 @@ by the targets (the merged op under its SplitV) is one e-node by hash-consing.
 
 Every tensor variable of a left side gets its shape bound, so a rule never fires on a tensor of unknown rank, and
 guards and computed right-side literals read dimensions as `(vec-get s_x i)`.
+
+Symbols (tensat_tf/ops.py: a dim <= -2 is the run-time size of one input dim): a dim may be compared for equality
+(`(= (dim ?a 0) (dim ?b 0))`, `(= (shape ?a) (shape ?b))`, `(!= (dim ?a 0) -1)`) and then two equal symbols are
+equal sizes, which is what lets batch-axis merges and concat rules fire on models with a dynamic batch. A dim used as
+a NUMBER (in a right side's literal: split sizes, reshape targets, pad amounts; or in a guard's arithmetic or
+ordering: `(> (dim ?x 1) 0)`, `(<= (dim ?a 0) (dim ?b 0))`, `(% (dim ?x 3) 2)`) is guarded `(>= dim 0)` here, for
+every rule, so a symbol (or -1) never becomes a literal; a `(shape ?x)` used so needs `(Concrete x)`.
+`(known ?x)` means no dim of ?x is -1: each is concrete or a symbol.
 """
 from __future__ import annotations
 
@@ -121,6 +129,37 @@ class _Ctx:
         return self.expr(g)
 
 
+def _numeric_uses(e: Sexp, direct: bool, out: list) -> None:
+    """Collect the (dim ...) and (shape ...) of `e` used as numbers (not as a direct operand of = or !=)."""
+    if not isinstance(e, list) or not e:
+        return
+    head = e[0]
+    if head in ("dim", "shape"):
+        if not direct:
+            out.append(e)
+        if head == "dim":
+            _numeric_uses(e[2], False, out)
+        return
+    if head in ("const", "known", "distinct", "ordered", "rank"):
+        return
+    for x in e[1:]:
+        _numeric_uses(x, head in ("=", "!="), out)
+
+
+def _concreteness_guards(rule: Rule, ctx: "_Ctx") -> list[str]:
+    uses: list = []
+    for dst in rule.targets:
+        _numeric_uses(dst, False, uses)
+    for g in rule.guards:
+        _numeric_uses(g, True, uses)
+    facts = []
+    for u in uses:
+        f = f"(Concrete {ctx.v(u[1])})" if u[0] == "shape" else f"(>= {ctx.expr(u)} 0)"
+        if f not in facts:
+            facts.append(f)
+    return facts
+
+
 def compile_rule(rule: Rule) -> str:
     sorts = var_sorts(rule)
     ctx = _Ctx(rule, sorts)
@@ -131,6 +170,7 @@ def compile_rule(rule: Rule) -> str:
             facts.append(f"(!= {roots[a]} {roots[b]})")
     facts += [f"(= {ctx.s(v)} (shape {ctx.v(v)}))" for v, s in sorts.items() if s == "Tensor"]
     facts += [ctx.fact(g) for g in rule.guards]
+    facts += _concreteness_guards(rule, ctx)
     actions = [f"(union {r} {ctx.expr(dst)})" for r, dst in zip(roots, rule.targets)]
     actions += [f'(Made {r} "{rule.name}")' for r in roots]
     rs = ruleset_name(rule.name)

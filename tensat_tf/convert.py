@@ -18,7 +18,7 @@ from tensat_tf import errors, onnx_export, serving
 from tensat_tf import verify as verify_mod
 from tensat_tf.io import load as load_mod
 from tensat_tf.io import save as save_mod
-from tensat_tf.passes import canonicalize, pipeline
+from tensat_tf.passes import canonicalize, pipeline, shapes
 from tensat_tf.passes.tensat import EngineOptions, TensatPass
 
 
@@ -27,6 +27,7 @@ class Options:
     signatures: Optional[Sequence[str]] = None
     overwrite: bool = False
     canonicalize: bool = True
+    fold_shapes: bool = True            # passes/shapes.py: shape plumbing the symbolic shapes determine -> constants
     verify_batch_sizes: Sequence[int] = (1, 4)
     seed: int = 0
     rtol: Optional[float] = None
@@ -194,7 +195,8 @@ def convert(src: str, output_dir: str, options: Options = Options()) -> dict:
     for i, (name, sig) in enumerate(sorted(model.signatures.items())):
         stage(f"optimizing signature {name} ({i + 1}/{len(model.signatures)}): canonicalize, saturate, extract")
         tensat_pass = TensatPass(options.engine, progress=lambda text, name=name: stage(f"signature {name}: {text}"))
-        passes = ([canonicalize] if options.canonicalize else []) + [tensat_pass]
+        passes = (([canonicalize] if options.canonicalize else []) + ([shapes] if options.fold_shapes else [])
+                  + [tensat_pass])
         out, results = pipeline.run(sig.graph_def, sig.item, passes)
         for r in results:
             timing[r.name] = round(timing.get(r.name, 0.0) + r.seconds, 4)

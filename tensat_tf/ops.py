@@ -12,8 +12,12 @@ Every op not in this table is ingested as an opaque `Op` node that round-trips i
 
 Term argument order is: kept attributes (table order), folded Const inputs (table order), tensor inputs (in order).
 
-Unknown dimensions are -1. Shape rules that compute a dimension use `_dim`, which returns -1 whenever an input
-dimension is unknown, so an unknown never turns into a wrong concrete number.
+Dimensions are i64: a concrete size >= 0; -1 unknown (nothing is known); <= -2 a *symbol* (Grappler's convention in
+GraphProperties): one per unknown dim of a graph input, numbered at ingest (tensat_tf/symbolic.py), copied unchanged
+by every shape rule that copies a dim, so two dims are equal exactly when they are the same concrete size or the same
+symbol (both are the run-time size of one input dim). A symbol is never used as a number: shape rules that compute a
+dimension use `_dim`, which returns -1 whenever an input dimension is not concrete (unknown or symbolic), so neither
+ever turns into a wrong concrete number; rules/compile.py guards every dim a rule computes with (>= 0).
 """
 from __future__ import annotations
 
@@ -21,6 +25,8 @@ import dataclasses
 import itertools
 import re
 from typing import Callable, Optional
+
+from tensat_tf import einsum
 
 # ---------------------------------------------------------------------------------------------- literal kinds
 # bool -> i64 (0/1), int -> i64, str -> String, ints -> IVec (egglog `(Vec i64)`)
@@ -56,6 +62,9 @@ class OpSpec:
     variadic: bool = False                     # ConcatV2: N inputs ingested as a right-nested binary chain
     index_type_attrs: tuple[str, ...] = ()     # type attrs of the folded Const inputs (emitted as int32)
     same_type_attrs: tuple[str, ...] = ()      # type attrs equal to T (FusedBatchNormV3's U)
+    fixed_attrs: tuple[tuple[str, int], ...] = ()   # int attrs with one accepted value, set when emitting (Einsum's N)
+    normalize: Optional[Callable[[dict], Optional[dict]]] = None   # literal values -> their canonical spelling at
+    #                                            ingest (Einsum's equation), or None to keep the node opaque
 
     @property
     def literals(self) -> tuple[tuple[str, str], ...]:
@@ -73,12 +82,12 @@ class OpSpec:
 
 # ---------------------------------------------------------------------------------------------- shape helpers
 def _known(d: str) -> str:
-    """1 if dimension d is known (>= 0), 0 if it is -1."""
-    return f"(min (+ {d} 1) 1)"
+    """1 if dimension d is concrete (>= 0), 0 if it is -1 or a symbol (<= -2)."""
+    return f"(max (min (+ {d} 1) 1) 0)"
 
 
 def _dim(value: str, *deps: str) -> str:
-    """`value` if every dimension in deps is known, else -1 (no branching in egglog expressions)."""
+    """`value` if every dimension in deps is concrete, else -1 (no branching in egglog expressions)."""
     k = _known(deps[0]) if len(deps) == 1 else "(min " + " ".join(_known(d) for d in deps[:2]) + ")"
     for d in deps[2:]:
         k = f"(min {k} {_known(d)})"
@@ -136,7 +145,19 @@ def _elementwise_rules(term: str) -> tuple[str, ...]:
               "(= (vec-get sb 0) (vec-get sa (- (vec-length sa) 1)))", "(>= (vec-get sb 0) 0)", shape="sa"),
         _rule(p, "(= (vec-length sa) 1) (> (vec-length sb) 1)",
               "(= (vec-get sa 0) (vec-get sb (- (vec-length sb) 1)))", "(>= (vec-get sa 0) 0)", shape="sb"),
-    )
+    ) + _suffix_broadcast_rules(p)
+
+
+def _suffix_broadcast_rules(p: str) -> tuple[str, ...]:
+    """A lower-rank operand of rank 2-4 whose known dims equal the other's last ones (EinsumDense's [heads, dim]
+    bias on [batch, seq, heads, dim]): the result has the other's shape."""
+    rules = []
+    for r in (2, 3, 4):
+        for small, big in (("sb", "sa"), ("sa", "sb")):
+            same = " ".join(f"(= (vec-get {small} {i}) (vec-get {big} (+ (- (vec-length {big}) {r}) {i}))) "
+                            f"(>= (vec-get {small} {i}) 0)" for i in range(r))
+            rules.append(_rule(p, f"(= (vec-length {small}) {r}) (> (vec-length {big}) {r})", same, shape=big))
+    return tuple(rules)
 
 
 def _transpose_rules() -> tuple[str, ...]:
@@ -149,12 +170,45 @@ def _transpose_rules() -> tuple[str, ...]:
 
 
 def _pad_rules() -> tuple[str, ...]:
+    """A dim padded by 0 + 0 is copied (a symbol stays itself: the batch axis of every ZeroPadding2D), any other is
+    computed (concrete, else -1). z is 1 for no padding (paddings are >= 0), 0 otherwise."""
     rules = []
     for rank in range(1, 6):
-        dims = " ".join(_dim(f"(+ (vec-get sx {i}) (+ (vec-get p {2 * i}) (vec-get p {2 * i + 1})))", f"(vec-get sx {i})")
-                        for i in range(rank))
+        dims = []
+        for i in range(rank):
+            d, pad = f"(vec-get sx {i})", f"(+ (vec-get p {2 * i}) (vec-get p {2 * i + 1}))"
+            z = f"(- 1 (min 1 {pad}))"
+            dims.append(f"(+ (* {z} {d}) (* (- 1 {z}) {_dim(f'(+ {d} {pad})', d)}))")
+        dims = " ".join(dims)
         rules.append(_rule("(= t (Pad p x)) (= sx (shape x))", f"(= (vec-length p) {2 * rank})",
                            f"(= (vec-length sx) {rank})", shape=f"(vec-of {dims})"))
+    return tuple(rules)
+
+
+def _prod(v: str, lo: int, hi: int) -> str:
+    if lo >= hi:
+        return "1"
+    return f"(vec-get {v} {lo})" if hi - lo == 1 else f"(* {_prod(v, lo, hi - 1)} (vec-get {v} {hi - 1}))"
+
+
+def _reshape_symbol_rules() -> tuple[str, ...]:
+    """Reshape(x, target with -1) where x has symbols and no -1: the -1 is x's batch symbol when both lead (x =
+    [s, d1..], target [-1, k1..], d1*.. = k1*..: a Flatten), else -1. Mirrored by tensat_tf/symbolic.py (egraph mode)
+    so the facts of ingested Reshapes and the shapes of rewritten ones agree; the cases are disjoint."""
+    rules = []
+    base = "(= t (Reshape s x)) (vec-contains s -1) (= sx (shape x)) (vec-not-contains sx -1)"
+    for r in range(1, 7):
+        for q in range(1, 7):
+            head = (f"{base} (= (vec-length sx) {r}) (= (vec-length s) {q}) (= (vec-get s 0) -1) "
+                    f"(<= (vec-get sx 0) -2)" + "".join(f" (>= (vec-get sx {i}) 0)" for i in range(1, r)))
+            rules.append(_rule(head, f"(= {_prod('sx', 1, r)} {_prod('s', 1, q)})",
+                               shape="(vec-set s 0 (vec-get sx 0))"))
+            rules.append(_rule(head, f"(!= {_prod('sx', 1, r)} {_prod('s', 1, q)})", shape="s"))
+    for k in range(1, 7):      # a symbol past the first dim
+        rules.append(_rule(f"{base} (> (vec-length sx) {k}) (<= (vec-get sx {k}) -2)", shape="s"))
+    for k in range(7):         # the -1 is not the first target dim
+        rules.append(_rule(f"{base} (!= (vec-get s 0) -1) (> (vec-length sx) {k}) (<= (vec-get sx {k}) -2)",
+                           shape="s"))
     return tuple(rules)
 
 
@@ -179,7 +233,32 @@ def _batch_matmul_rules() -> tuple[str, ...]:
                 f"(= (vec-length sa) {r}) (= (vec-length sb) {r})", *guards,
                 f"(= (vec-get sa (- {r - 1} ax)) (vec-get sb (+ {r - 2} ay)))",
                 shape=f"(vec-of {' '.join(dims)} (vec-get sa (+ {r - 2} ax)) (vec-get sb (- {r - 1} ay)))"))
+    for r in (3, 4):        # a matrix on the right broadcasts over the batch dims (Grappler's lowering of abc,cd->abd)
+        batch = " ".join(f"(vec-get sa {i})" for i in range(r - 2))
+        rules.append(_rule(
+            "(= t (BatchMatMulV2 ax ay a b)) (= sa (shape a)) (= sb (shape b))",
+            f"(= (vec-length sa) {r}) (= (vec-length sb) 2)", f"(= (vec-get sa (- {r - 1} ax)) (vec-get sb ay))",
+            shape=f"(vec-of {batch} (vec-get sa (+ {r - 2} ax)) (vec-get sb (- 1 ay)))"))
     return tuple(rules)
+
+
+def _einsum_rules() -> tuple[str, ...]:
+    """Output dim k is dim i_k of the operands' shapes appended, read from the equation's `einsum-spec` fact
+    (tensat_tf/einsum.py); one rule per output rank. The declaration and the facts of the KNOWN equations come
+    first; ingest sets the facts of the equations it meets."""
+    head = ["(function einsum-spec (String) IVec :no-merge)"] + [einsum.spec_fact(e) for e in einsum.KNOWN]
+    rules = []
+    for r in range(0, 7):
+        dims = " ".join(f"(vec-get sab (vec-get m {2 + k}))" for k in range(r))
+        rules.append(_rule("(= t (Einsum eq a b)) (= m (einsum-spec eq)) (= sa (shape a)) (= sb (shape b))",
+                           f"(= (vec-length m) {2 + r}) (= (vec-get m 0) (vec-length sa))",
+                           "(= (vec-get m 1) (vec-length sb)) (= sab (vec-append sa sb))", shape=f"(vec-of {dims})"))
+    return tuple(head + rules)
+
+
+def _einsum_normalize(lit: dict) -> Optional[dict]:
+    eq = einsum.canonical(lit["equation"])
+    return None if eq is None else {**lit, "equation": eq}
 
 
 _NHWC = lambda lit: lit.get("data_format", "NHWC") == "NHWC"   # noqa: E731  (NCHW convs do not run on TF CPU)
@@ -199,7 +278,8 @@ _SPECS = [
     OpSpec("Conv2D", "Conv2D", _CONV_ATTRS, n_tensor_inputs=2, accepts=_SAME_OR_VALID,
            shape_rules=_conv_rules("Conv2D", "(vec-get sw 3)")),
     OpSpec("DepthwiseConv2dNative", "DepthwiseConv2dNative", _CONV_ATTRS, n_tensor_inputs=2, accepts=_SAME_OR_VALID,
-           shape_rules=_conv_rules("DepthwiseConv2dNative", "(* (vec-get sw 2) (vec-get sw 3))")),
+           shape_rules=_conv_rules("DepthwiseConv2dNative",
+                                    _dim("(* (vec-get sw 2) (vec-get sw 3))", "(vec-get sw 2)", "(vec-get sw 3)"))),
     OpSpec("BiasAdd", "BiasAdd", n_tensor_inputs=2, accepts=_NHWC, shape_rules=(_rule(
         "(= t (BiasAdd a b)) (= sa (shape a)) (= sb (shape b))",
         "(= (vec-length sb) 1) (= (vec-get sb 0) (vec-get sa (- (vec-length sa) 1)))", shape="sa"),)),
@@ -232,11 +312,12 @@ _SPECS = [
            shape_rules=_transpose_rules()),
     # A -1 in the target is left as -1 when the input has an unknown dim (exactly what TF infers). Resolving it for a
     # fully known input needs a product over the dims; TF's facts cover ingested graphs, and rules write targets
-    # without -1, so that case is not derived.
+    # without -1, so that case is not derived. With symbols, see _reshape_symbol_rules.
     OpSpec("Reshape", "Reshape", const_inputs=(ConstInput(1, "shape", "ints"),), index_type_attrs=("Tshape",),
            shape_rules=(
         _rule("(= t (Reshape s x)) (vec-not-contains s -1)", shape="s"),
-        _rule("(= t (Reshape s x)) (vec-contains s -1) (= sx (shape x)) (vec-contains sx -1)", shape="s"))),
+        _rule("(= t (Reshape s x)) (vec-contains s -1) (= sx (shape x)) (vec-contains sx -1)", shape="s"))
+        + _reshape_symbol_rules()),
     # Pad: zero padding (TENSAT's `enlarge` of a conv kernel is a Pad of the smaller kernel)
     OpSpec("Pad", "Pad", const_inputs=(ConstInput(1, "paddings", "pairs"),), index_type_attrs=("Tpaddings",),
            shape_rules=_pad_rules()),
@@ -247,6 +328,9 @@ _SPECS = [
            accepts=lambda lit: lit["data_format"] == "NHWC" and not lit["is_training"],
            shape_rules=(_rule("(= t (Out tt 0)) (= tt (FusedBatchNormV3 e f i x g b m v)) (= sx (shape x))",
                               shape="sx"),)),
+    # two-operand Einsum (Keras EinsumDense / MultiHeadAttention), equation in canonical spelling (tensat_tf/einsum.py)
+    OpSpec("Einsum", "Einsum", (Attr("equation", "str"),), n_tensor_inputs=2, fixed_attrs=(("N", 2),),
+           normalize=_einsum_normalize, shape_rules=_einsum_rules()),
     OpSpec("MaxPool", "MaxPool", (Attr("ksize", "ints"), Attr("strides", "ints"), Attr("padding", "str")),
            accepts=_SAME_OR_VALID, shape_rules=_pool_rules("MaxPool")),
     OpSpec("AvgPool", "AvgPool", (Attr("ksize", "ints"), Attr("strides", "ints"), Attr("padding", "str")),

@@ -18,6 +18,9 @@ flags.DEFINE_bool("overwrite", False, "Replace a non-empty output directory.")
 flags.DEFINE_list("signatures", None, "Convert only these signatures (default: all).")
 flags.DEFINE_list("tags", ["serve"], "MetaGraph tags to load.")
 flags.DEFINE_bool("canonicalize", True, "Run Grappler's cleanup passes before the e-graph pass.")
+flags.DEFINE_bool("fold_shapes", True, "Fold the shape plumbing that the symbolic shapes determine (Shape, "
+                                       "StridedSlice, Pack, Prod, GatherV2 feeding a Reshape) before the e-graph "
+                                       "pass (passes/shapes.py).")
 flags.DEFINE_list("verify_batch_sizes", ["1", "4"], "Batch sizes used for unknown leading dimensions in verification.")
 flags.DEFINE_integer("seed", 0, "Seed of the random verification inputs.")
 flags.DEFINE_float("rtol", None, "Max relative difference allowed in verification (default per dtype: 1e-5 float32).")
@@ -111,6 +114,7 @@ def options_from_flags(**extra):
     except ValueError:
         raise errors.BadInput(f"--verify_batch_sizes must be integers: {FLAGS.verify_batch_sizes}") from None
     return Options(signatures=FLAGS.signatures, overwrite=FLAGS.overwrite, canonicalize=FLAGS.canonicalize,
+                   fold_shapes=FLAGS.fold_shapes,
                    verify_batch_sizes=batch_sizes, seed=FLAGS.seed, rtol=FLAGS.rtol,
                    min_variable_elements=FLAGS.min_variable_elements, tags=FLAGS.tags,
                    engine=engine_flags.engine_options(), profile=FLAGS.profile,

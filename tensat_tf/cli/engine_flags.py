@@ -5,7 +5,7 @@ from __future__ import annotations
 from absl import flags
 
 FLAGS = flags.FLAGS
-flags.DEFINE_list("rules", None, "Rule names or families to enable (default: tensat, tf-fold, merge).")
+flags.DEFINE_list("rules", None, "Rule names or families to enable (default: tensat, tf-fold, merge, einsum).")
 flags.DEFINE_list("disable_rules", [], "Rule names or families to disable.")
 flags.DEFINE_list("rules_file", [], "Extra rule files (rules syntax, see `tensat_tf rules --help`).")
 flags.DEFINE_integer("iterations", 15, "Saturation: at most this many iterations.")

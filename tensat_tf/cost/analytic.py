@@ -24,7 +24,7 @@ import dataclasses
 import math
 from typing import Optional, Sequence
 
-from tensat_tf import ops
+from tensat_tf import einsum, ops
 from tensat_tf.egraph.data import EGraphData
 from tensat_tf.egraph.export import Exported
 
@@ -77,7 +77,8 @@ class DeviceProfile:
 #   overhead_us_by_term: the same tiny-input measurement where an op's fixed cost stands out: Reshape 0.1 (no
 #     kernel work: TF forwards the buffer), MatMul 0.5 (1x16x16 to 1x64x64), BatchMatMulV2 2.8, AvgPool 2.8,
 #     Transpose 3.7, MaxPool 4.7, Conv2D 5.5, DepthwiseConv2dNative 8.3 (oneDNN primitive lookup and layout
-#     checks, Eigen shuffle setup).
+#     checks, Eigen shuffle setup). Einsum 3.2 (abc,cde->abde from 1x1x16 . 16x1x16 to 1x16x32 . 32x6x8 all take
+#     3.2-3.4 us; abcd,aecd->acbe at 1x16x2x8 4.8: TF's kernel reshapes and transposes around a batch matmul).
 #   flops_per_element_by_term: Tanh takes 330 us on 1M floats (35 FLOP-equivalents per element at 110 GFLOP/s),
 #     Sigmoid 614 us (64); Relu of the same size 87 us (bandwidth-bound).
 #   strided_copy_efficiency 0.5: Transpose 1024x1024 reaches 30 GB/s, [0,2,1,3] on 8x128x12x64 73 GB/s.
@@ -90,7 +91,7 @@ CPU = DeviceProfile(
     "cpu", peak_gflops=110.0, bandwidth_gbs=90.0, op_overhead_us=0.3,
     overhead_us_by_term=(("Reshape", 0.1), ("MatMul", 0.5), ("BatchMatMulV2", 2.8), ("AvgPool", 2.8),
                          ("Transpose", 3.7), ("MaxPool", 4.7), ("Conv2D", 5.5), ("DepthwiseConv2dNative", 8.3),
-                         ("FusedBatchNormV3", 4.5)),
+                         ("FusedBatchNormV3", 4.5), ("Einsum", 3.2)),
     flops_per_element_by_term=(("Tanh", 35.0), ("Sigmoid", 64.0)),
     strided_copy_efficiency=0.5, broadcast_efficiency=0.3)
 
@@ -101,7 +102,7 @@ CPU = DeviceProfile(
 # cuBLAS algorithm selection and workspace; Reshape launches no kernel. Tanh / sigmoid count 8 FLOPs per element
 # (special-function units run at a fraction of the FP32 rate; an estimate). Small ops are therefore overhead-bound
 # on GPUs, which is the property that matters for ranking (merging small ops pays off more than on CPU).
-_GPU_OVERHEADS = (("Reshape", 1.0), ("MatMul", 8.0), ("BatchMatMulV2", 8.0), ("Conv2D", 10.0),
+_GPU_OVERHEADS = (("Reshape", 1.0), ("MatMul", 8.0), ("BatchMatMulV2", 8.0), ("Einsum", 8.0), ("Conv2D", 10.0),
                   ("DepthwiseConv2dNative", 10.0))
 GPU_T4 = DeviceProfile("gpu-t4", peak_gflops=8100.0, bandwidth_gbs=320.0, op_overhead_us=5.0,
                        overhead_us_by_term=_GPU_OVERHEADS, flops_per_element_by_term=(("Tanh", 8.0), ("Sigmoid", 8.0)),
@@ -238,6 +239,12 @@ def flops_and_bytes(term: str, payload, in_shapes: Sequence[Shape], out_shape: O
         # inference form: y = x * scale' + offset' per channel (2 FLOPs), plus the tiny per-channel vectors
         x = ins[0]
         return 2.0 * numel(x), DTYPE_BYTES * (n_in + numel(x))
+    if term == "Einsum":
+        # every point of the iteration space (each label once) is a multiply-add; operands read, output written
+        eq = einsum.parse(lit.get("equation", ""))
+        if eq is None:
+            raise ValueError("einsum equation outside the typed subset")
+        return eq.flops(ins), DTYPE_BYTES * (n_in + numel(eq.output_shape(ins)))
     if term == "Reshape":
         return 0.0, 0.0                       # metadata only: TF forwards the buffer
     if term == "ConcatV2":

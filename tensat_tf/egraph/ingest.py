@@ -7,7 +7,8 @@ with control edges) becomes an opaque (Op name args) whose NodeDef is kept in a 
 apart from its inputs. Nothing is dropped.
 
 Let names: `$n<i>_` for node i, `$n<i>_o<k>_` for output k of a tuple node, `$n<i>_c<j>_` for the inner links of a
-variadic op. (egglog 13.2: names ending in digits can collide with its fresh names, hence the trailing `_`.)
+variadic op, `$n<i>_sq_` for the squeezed twin of weight node i (see BROADCAST_OPS). (egglog 13.2: names ending in
+digits can collide with its fresh names, hence the trailing `_`.)
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ import networkx as nx
 import numpy as np
 import tensorflow as tf
 
-from tensat_tf import ops
+from tensat_tf import einsum, ops, symbolic
 from tensat_tf.egraph import language as L
 from tensat_tf.item import GrapplerItem, node_name
 
@@ -56,6 +57,19 @@ class Ingested:
         return len(self.typed)
 
 
+# Broadcasting is normalized once, here: an operand of these ops that is a weight of rank <= the other operand's rank
+# with leading dims of 1 ([1,1,1,C] after Grappler folds BatchNormalization's reshapes, [1,1,C] from LayerNorm)
+# broadcasts exactly like the weight without them, so the op's class also gets the term on the squeezed weight
+# ([C]). Every per-channel rule, written for rank-1 constants, then matches real exports; the original term stays
+# (the input graph still round-trips) and extraction takes whichever form the rules improve. Doing it by union at
+# ingest rather than by a rule family costs no saturation iteration (multi-pattern rules run only in the first
+# ones), adds no rule per op x rank x operand side, and adds one e-node per op and one leaf per weight.
+# Why it is sound: with rank(c) <= rank(x), broadcast(x, c) aligns c's dims with x's last ones; a leading 1 of c
+# broadcasts against x's dim without changing it, and removing it keeps rank(c) <= rank(x), so the result's rank
+# (x's) and every value are the same. With rank(c) > rank(x) the leading 1s add dims to the result: not squeezed.
+BROADCAST_OPS = ("AddV2", "Mul", "Sub")
+
+
 def _tensor_ref(inp: str) -> tuple[str, int]:
     name, _, idx = inp.partition(":")
     return name, int(idx) if idx else 0
@@ -66,18 +80,11 @@ def _tensor_name(node: str, k: int) -> str:
 
 
 def _infer(graph_def) -> tuple[dict, dict]:
-    """Output dtypes and shapes of every node, from TF's own shape inference."""
-    g = tf.Graph()
-    with g.as_default():
-        tf.graph_util.import_graph_def(graph_def, name="")
-    dtypes, shapes = {}, {}
-    for op in g.get_operations():
-        dtypes[op.name] = [t.dtype for t in op.outputs]
-        for k, t in enumerate(op.outputs):
-            s = t.shape
-            shapes[_tensor_name(op.name, k)] = None if s.rank is None else tuple(
-                -1 if d is None else int(d) for d in s.as_list())
-    return dtypes, shapes
+    """Output dtypes and shapes of every node: TF's own shape inference, with each dim TF leaves unknown replaced by
+    its symbol where tensat_tf/symbolic.py finds one (encoded as an i64 <= -2, see tensat_tf/ops.py)."""
+    dtypes, tf_shapes = symbolic.tf_inferred(graph_def)
+    analysis = symbolic.infer(graph_def, tf_shapes, egraph=True)
+    return dtypes, {t: analysis.encoded(t) for t in tf_shapes}
 
 
 def _attr_value(node, attr: ops.Attr):
@@ -151,6 +158,13 @@ def _typed_literals(node, spec: ops.OpSpec, nodes_by_name, shapes) -> Optional[d
                 return None
             sizes[sizes.index(-1)] = dim - (sum(sizes) + 1)
         lit["size_splits"] = tuple(sizes)
+    for a, value in spec.fixed_attrs:
+        if a in node.attr and node.attr[a].i != value:
+            return None
+    if spec.normalize is not None:
+        lit = spec.normalize(lit)
+        if lit is None:
+            return None
     if spec.accepts is not None and not spec.accepts(lit):
         return None
     if spec.variadic and len(data_inputs) - len(spec.const_inputs) < 2:
@@ -184,6 +198,38 @@ def ingest(graph_def, item: GrapplerItem) -> Ingested:
         s = shapes.get(tensor)
         if s is not None:
             commands.append(L.set_shape(L.var(let_name), s))
+
+    squeezed_lets: dict[str, Optional[str]] = {}
+
+    def squeezed_weight(inp: str, other: str) -> Optional[str]:
+        """Let name of the squeezed form of weight input `inp` of a broadcasting op whose other operand is `other`
+        (see BROADCAST_OPS), creating it on first use; None when `inp` has no such form."""
+        tensor, other_shape = _tensor_name(*_tensor_ref(inp)), shapes.get(_tensor_name(*_tensor_ref(other)))
+        shape, let = shapes.get(tensor), ing.output_lets[tensor]
+        if ing.terms[let][0] != "Weight" or shape is None or other_shape is None or len(shape) > len(other_shape):
+            return None
+        lead = next((k for k, d in enumerate(shape) if d != 1), len(shape))
+        if lead == 0:
+            return None
+        if let not in squeezed_lets:
+            src = ing.weights[ing.terms[let][1][0]]
+            value = tf.make_ndarray(src.attr["value"].tensor).reshape(shape[lead:])
+            new = tf.compat.v1.NodeDef(name=src.name + "/squeezed", op="Const")
+            while new.name in nodes_by_name:
+                new.name += "_"
+            new.attr["dtype"].CopyFrom(src.attr["dtype"])
+            new.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(value))
+            key = _weight_key(new)
+            if key not in weight_ids:
+                weight_ids[key] = len(ing.weights)
+                ing.weights.append(new)
+                ing.weight_dtypes.append(ing.weight_dtypes[ing.terms[let][1][0]])
+            sq = let + "sq_"
+            commands.append(L.let(sq, L.call("Weight", [L.lit(weight_ids[key])])))
+            commands.append(L.set_shape(L.var(sq), shape[lead:]))
+            ing.terms[sq] = ("Weight", (weight_ids[key],), ())
+            squeezed_lets[let] = sq
+        return squeezed_lets[let]
 
     for idx, name in enumerate(topo):
         node = nodes_by_name[name]
@@ -228,7 +274,17 @@ def ingest(graph_def, item: GrapplerItem) -> Ingested:
             else:
                 args = lit_args + [ref(i) for i in tensor_inputs]
                 ing.terms[let_name] = (spec.term, payload, tuple(in_lets))
+            if node.op == "Einsum":            # the shape analysis reads the equation through this fact
+                spec_of = einsum.parse(literals["equation"]).spec
+                commands.append(L.set_fn("einsum-spec", [L.lit(literals["equation"])], spec_of))
             commands.append(L.let(let_name, L.call(spec.term, args)))
+            if node.op in BROADCAST_OPS:
+                squeezed = [squeezed_weight(i, tensor_inputs[1 - k]) for k, i in enumerate(tensor_inputs)]
+                if squeezed[0]:                # one operand at a time: the argument needs the other one's rank
+                    squeezed[1] = None
+                if any(squeezed):
+                    alt = [L.var(sq) if sq else ref(i) for sq, i in zip(squeezed, tensor_inputs)]
+                    commands.append(L.union(L.var(let_name), L.call(spec.term, lit_args + alt)))
             ing.typed[name] = TypedOrigin(
                 node, spec, tuple(literals[n] for n, _ in spec.literals),
                 tuple(ing.output_lets[_tensor_name(*_tensor_ref(i))] for i in tensor_inputs),

@@ -14,9 +14,11 @@ Sorts
 Analysis (ruleset `shapes`)
   (IsConst t): t depends only on weights.
   (Made t "RULE"): rule RULE unioned a right side into t's class (provenance for the report's rules_applied).
-  (shape t) -> (Vec i64): filled for graph tensors at ingest (TF shape inference) and by the table's shape rules
-  for terms that rewrites create. It has no merge: two different shapes for one e-class are a soundness bug, and
-  egglog reports them as an error instead of silently keeping one.
+  (shape t) -> (Vec i64): filled for graph tensors at ingest (TF shape inference, symbols from
+  tensat_tf/symbolic.py) and by the table's shape rules for terms that rewrites create; dims are sizes >= 0, -1
+  unknown, <= -2 symbols (tensat_tf/ops.py). It has no merge: two different shapes for one e-class are a soundness
+  bug, and egglog reports them as an error instead of silently keeping one.
+  (Concrete t): every dim of t's shape is a size (rules/compile.py requires it where a rule uses a shape as numbers).
 """
 from __future__ import annotations
 
@@ -51,7 +53,10 @@ _PRELUDE = """
 (ruleset shapes)
 (rule ((= t (Weight i))) ((IsConst t)) :ruleset shapes)
 (rule ((= t (FConst f))) ((IsConst t) (set (shape t) (vec-of))) :ruleset shapes)
-"""
+(relation Concrete (Tensor))
+""" + "\n".join(   # every dim is a size (>= 0): no unknown (-1) and no symbol (<= -2), see tensat_tf/ops.py
+    "(rule ((= s (shape t)) (= (vec-length s) {}){}) ((Concrete t)) :ruleset shapes)".format(
+        r, "".join(f" (>= (vec-get s {i}) 0)" for i in range(r))) for r in range(9))
 
 SPAN = bindings.RustSpan("tensat_tf", 0, 0)
 
@@ -108,6 +113,15 @@ def call(fn: str, args: list) -> bindings.Call:
 
 def let(name: str, expr) -> bindings.ActionCommand:
     return bindings.ActionCommand(bindings.Let(SPAN, name, expr))
+
+
+def union(a, b) -> bindings.ActionCommand:
+    return bindings.ActionCommand(bindings.Union(SPAN, a, b))
+
+
+def set_fn(fn: str, args: list, dims) -> bindings.ActionCommand:
+    """(set (fn args...) (vec-of dims...)): an IVec-valued fact (einsum-spec)."""
+    return bindings.ActionCommand(bindings.Set(SPAN, fn, args, lit(tuple(dims))))
 
 
 def set_shape(tensor_expr, dims) -> bindings.ActionCommand:

@@ -62,6 +62,8 @@ def build(spec: ops.OpSpec, payload: tuple, name: str, in_names: list[str],
         node.attr[attr].type = tf.int32.as_datatype_enum
     for attr in spec.same_type_attrs:
         node.attr[attr].type = dtype.as_datatype_enum
+    for attr, value in spec.fixed_attrs:
+        node.attr[attr].i = value
     return node, extra
 
 

@@ -1,0 +1,103 @@
+"""Einsum equations: the subset the term language types, their canonical spelling, and what shapes and costs need.
+
+Keras 3 writes its projections (EinsumDense, MultiHeadAttention) as two-operand Einsum ops with explicit outputs,
+e.g. `abc,cde->abde`; MultiHeadAttention spells its attention products with other letters (`BTNH,BSNH->BNTS`).
+An equation is typed when it has exactly two operands, an explicit `->` output, no ellipsis, no label twice in one
+operand or in the output, and every output label in some operand (everything else stays an opaque op). Typed
+equations are kept in canonical spelling: labels renamed to a, b, c, ... in order of first appearance, spaces
+removed, so rules match one spelling (`BTNH,BSNH->BNTS` is `abcd,aecd->acbe`); renaming labels does not change
+what the op computes.
+
+The shape analysis reads an equation through `(einsum-spec EQ)`, a vector
+    [rank of operand 0, rank of operand 1, i_0, i_1, ...]
+where output dim k is dim i_k of the two operands' shapes appended (operand 0 first). The facts are set for the
+equations in KNOWN (those the rule files and their tests write) in every e-graph, and for each equation of an
+ingested graph at ingest.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+import string
+from typing import Optional, Sequence
+
+_LABELS = string.ascii_lowercase
+
+
+@dataclasses.dataclass(frozen=True)
+class Equation:
+    operands: tuple[str, str]
+    output: str
+
+    @property
+    def text(self) -> str:
+        return f"{self.operands[0]},{self.operands[1]}->{self.output}"
+
+    @property
+    def spec(self) -> tuple[int, ...]:
+        a, b = self.operands
+        where = {}
+        for i, label in enumerate(a + b):
+            where.setdefault(label, i)      # the first operand that carries a label gives its dim
+        return (len(a), len(b)) + tuple(where[label] for label in self.output)
+
+    def label_dims(self, shapes: Sequence[Sequence[int]]) -> dict[str, int]:
+        """label -> dim, from concrete operand shapes (first operand that carries it)."""
+        dims: dict[str, int] = {}
+        for labels, shape in zip(self.operands, shapes):
+            if len(labels) != len(shape):
+                raise ValueError(f"einsum operand {labels} does not fit shape {tuple(shape)}")
+            for label, d in zip(labels, shape):
+                dims.setdefault(label, int(d))
+        return dims
+
+    def output_shape(self, shapes: Sequence[Sequence[int]]) -> tuple[int, ...]:
+        dims = self.label_dims(shapes)
+        return tuple(dims[label] for label in self.output)
+
+    def flops(self, shapes: Sequence[Sequence[int]]) -> float:
+        """One multiply and one add per point of the iteration space (every label once)."""
+        return 2.0 * math.prod(self.label_dims(shapes).values())
+
+
+def parse(equation: str) -> Optional[Equation]:
+    """The canonical Equation, or None when the equation is outside the typed subset."""
+    eq = equation.replace(" ", "")
+    if eq.count("->") != 1 or "." in eq:
+        return None
+    lhs, out = eq.split("->")
+    operands = lhs.split(",")
+    if len(operands) != 2 or not all(s.isascii() and s.isalpha() for s in operands) or not (
+            out == "" or (out.isascii() and out.isalpha())):
+        return None
+    if any(len(set(s)) != len(s) for s in operands + [out]) or not set(out) <= set(operands[0] + operands[1]):
+        return None
+    rename: dict[str, str] = {}
+    for ch in operands[0] + operands[1] + out:
+        if ch not in rename:
+            if len(rename) == len(_LABELS):
+                return None
+            rename[ch] = _LABELS[len(rename)]
+    a, b = ("".join(rename[c] for c in s) for s in operands)
+    return Equation((a, b), "".join(rename[c] for c in out))
+
+
+def canonical(equation: str) -> Optional[str]:
+    e = parse(equation)
+    return None if e is None else e.text
+
+
+# Equations whose shape facts every e-graph holds: the ones rules/einsum.rules writes (patterns, right sides and test
+# bindings) and the ones Keras layers emit. An equation of an ingested graph gets its fact at ingest either way.
+KNOWN = tuple(sorted({canonical(e) for e in (
+    "ab,bc->ac", "ab,cb->ac", "abc,cd->abd", "abc,cde->abde", "abcd,cde->abe", "abcd,de->abce",
+    "abc,acd->abd", "abc,adc->abd", "abcd,abde->abce", "abcd,abed->abce",
+    "abcd,aecd->acbe", "abcd,adbe->acbe", "BTNH,BSNH->BNTS", "BNTS,BSNH->BTNH",
+)}))
+
+
+def spec_fact(equation: str) -> str:
+    """egglog action text setting the shape fact of a canonical equation."""
+    e = parse(equation)
+    assert e is not None and e.text == equation, equation
+    return f'(set (einsum-spec "{equation}") (vec-of {" ".join(map(str, e.spec))}))'

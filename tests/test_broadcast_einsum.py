@@ -1,0 +1,237 @@
+"""Real Keras 3 exports reach the rules: broadcast weights ([1,1,1,C] after Grappler folds BatchNormalization) are
+normalized once at ingest, and Einsum (EinsumDense, MultiHeadAttention) is a typed term with shape rules, emitter,
+cost and rules (rules/einsum.rules)."""
+import os
+import re
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from tensorflow.python.framework import convert_to_constants
+
+from tensat_tf import einsum, rules
+from tensat_tf.cost import analytic
+from tensat_tf.egraph import emit, export, ingest, language
+from tensat_tf.item import GrapplerItem
+
+RNG = np.random.RandomState(0)
+
+
+def frozen(fn):
+    cf = fn.get_concrete_function()
+    ffn, gd = convert_to_constants.convert_variables_to_constants_v2_as_graph(cf, lower_control_flow=False)
+    return gd, GrapplerItem(tuple(t.name for t in ffn.inputs), tuple(t.name for t in ffn.outputs))
+
+
+def run_graph(gd, item, feeds):
+    g = tf.Graph()
+    with g.as_default():
+        tf.graph_util.import_graph_def(gd, name="")
+    with tf.compat.v1.Session(graph=g) as s:
+        return s.run(list(item.fetches), dict(zip(item.feeds, feeds)))
+
+
+def loaded(gd, item):
+    ing = ingest.ingest(gd, item)
+    eg = language.new_egraph()
+    ingest.load(eg, ing)
+    return ing, eg
+
+
+def holds(eg, fact):
+    try:
+        eg.run_program(*eg.parse_program(f"(check {fact})"))
+        return True
+    except Exception:  # noqa: BLE001 - egglog reports a failed check as an exception
+        return False
+
+
+# ------------------------------------------------------------------ equations
+def test_equations_canonical_and_typed_subset():
+    assert einsum.canonical("BTNH,BSNH->BNTS") == "abcd,aecd->acbe"
+    assert einsum.canonical("btd, df -> btf") == "abc,cd->abd"
+    assert einsum.parse("abc,cde->abde").spec == (3, 3, 0, 1, 4, 5)
+    for eq in ("...a,ab->...b", "aa,ab->b", "ab,bc", "ab,bc->ad", "ab->a", "ab,bc,cd->ad", "ab,bc->aab"):
+        assert einsum.parse(eq) is None, eq
+    e = einsum.parse("abc,cde->abde")
+    assert e.output_shape([(2, 3, 4), (4, 5, 6)]) == (2, 3, 5, 6)
+    assert e.flops([(2, 3, 4), (4, 5, 6)]) == 2.0 * 2 * 3 * 4 * 5 * 6
+
+
+def test_every_equation_the_rules_write_has_its_shape_fact():
+    """The verifier's and the saturation's e-graphs hold facts for einsum.KNOWN only (plus the ingested graph's)."""
+    text = open(os.path.join(os.path.dirname(rules.__file__), "einsum.rules"), encoding="utf-8").read()
+    found = set(re.findall(r'\(Einsum "([^"]+)"', text))
+    assert found and found <= set(einsum.KNOWN)
+    assert all(einsum.canonical(e) == e for e in found)
+
+
+def test_einsum_cost_counts_its_flops():
+    small = analytic.node_cost("Einsum", ("abc,cde->abde",), [(1, 16, 32), (32, 2, 8)], (1, 16, 2, 8))
+    big = analytic.node_cost("Einsum", ("abc,cde->abde",), [(1, 128, 256), (256, 4, 64)], (1, 128, 4, 64))
+    mm = analytic.node_cost("MatMul", (0, 0), [(128, 256), (256, 256)], (128, 256))
+    assert small >= analytic.CPU.overhead_ms("Einsum") > analytic.CPU.overhead_ms("Op")
+    assert big == pytest.approx(mm - analytic.CPU.overhead_ms("MatMul") + analytic.CPU.overhead_ms("Einsum"))
+
+
+# ------------------------------------------------------------------ shapes, round trip
+WQ = tf.constant(RNG.randn(6, 2, 4).astype("f"))
+WK = tf.constant(RNG.randn(6, 2, 4).astype("f"))
+BQ = tf.constant(RNG.randn(2, 4).astype("f"))
+WO = tf.constant(RNG.randn(2, 4, 6).astype("f"))
+W2 = tf.constant(RNG.randn(6, 5).astype("f"))
+
+
+@tf.function(input_signature=[tf.TensorSpec([None, 7, 6], name="x")])
+def attention(x):
+    q = tf.einsum("abc,cde->abde", x, WQ) + BQ
+    k = tf.einsum("abc,cde->abde", x, WK)
+    s = tf.einsum("BTNH,BSNH->BNTS", q, k)
+    c = tf.einsum("BNTS,BSNH->BTNH", s, k)
+    o = tf.einsum("abcd,cde->abe", c, WO)
+    return {"o": o, "d": tf.linalg.matmul(o, W2), "m": tf.einsum("ab,bc->ac", o[:, 0, :], W2)}
+
+
+def test_einsum_shape_rules_agree_with_tf_and_round_trip():
+    gd, item = frozen(attention)
+    ing = ingest.ingest(gd, item)
+    typed = {o.node.op for o in ing.typed.values()}
+    assert "Einsum" in typed and "BatchMatMulV2" in typed
+    eqs = {o.literals[0] for o in ing.typed.values() if o.node.op == "Einsum"}
+    assert {"abcd,aecd->acbe", "abcd,adbe->acbe", "abc,cde->abde", "abcd,cde->abe", "ab,bc->ac"} <= eqs
+    # the rules alone (no TF facts for typed nodes) recompute every typed shape
+    typed_lets = {ing.lets[name] for name in ing.typed}
+    eg = language.new_egraph()
+    eg.run_program(*[c for c in ing.commands
+                     if not ("(set (shape" in str(c) and any(f"(shape {l})" in str(c) for l in typed_lets))])
+    language.run_shapes(eg)
+    exp = export.export(eg, ing.roots)
+    checked = 0
+    for name, origin in ing.typed.items():
+        if origin.node.op in ("Einsum", "BatchMatMulV2", "AddV2"):
+            assert exp.shapes.get(exp.lets[ing.lets[name]]) == ing.shapes[f"{name}:0"], name
+            checked += 1
+    assert checked >= 8
+    # no rules: every op comes back under its name with its attributes (weights are deduplicated by content)
+    eg = language.new_egraph()
+    ingest.load(eg, ing)
+    exp = export.export(eg, ing.roots)
+    out = emit.emit(ing, exp, emit.original_choice(ing, exp))
+    by_name = {n.name: n for n in out.node}
+    for n in gd.node:
+        if n.op != "Const":
+            assert dict(by_name[n.name].attr) == dict(n.attr), n.name
+    feeds = [RNG.randn(3, 7, 6).astype("f")]
+    for a, b in zip(run_graph(gd, item, feeds), run_graph(out, item, feeds)):
+        np.testing.assert_array_equal(a, b)
+
+
+# ------------------------------------------------------------------ broadcasting
+G4 = tf.constant(RNG.randn(1, 1, 1, 3).astype("f"))
+B4 = tf.constant(RNG.randn(1, 1, 1, 3).astype("f"))
+G3 = tf.constant(RNG.randn(1, 1, 3).astype("f"))
+
+
+@tf.function(input_signature=[tf.TensorSpec([None, 4, 4, 3], name="img"), tf.TensorSpec([3], name="v")])
+def batchnorm_like(img, v):
+    y = G4 * img + B4                  # squeezed: both constants broadcast onto a rank-4 tensor
+    z = v - G3                         # not squeezed: v has rank 1, the result rank 3
+    return {"y": tf.nn.relu(y), "z": z}
+
+
+def test_broadcast_weights_are_squeezed_only_where_sound():
+    gd, item = frozen(batchnorm_like)
+    ing, eg = loaded(gd, item)
+    squeezed = {let: ing.weights[ing.terms[let][1][0]] for let in ing.terms if let.endswith("sq_")}
+    shapes = sorted(tuple(tf.make_ndarray(n.attr["value"].tensor).shape) for n in squeezed.values())
+    assert shapes == [(3,), (3,)]
+    # the op's class holds both forms: e.g. the Mul reads the [3] weight too
+    mul = next(name for name, o in ing.typed.items() if o.node.op == "Mul")
+    assert any(holds(eg, f"(= {ing.lets[mul]} (Mul {sq} {ing.output_lets[o.node.input[1] + ':0']}))")
+               for sq in squeezed for o in [ing.typed[mul]])
+    sub = next(name for name, o in ing.typed.items() if o.node.op == "Sub")
+    exp = export.export(eg, ing.roots)
+    sub_class = exp.lets[ing.lets[sub]]
+    assert len(exp.egraph.classes[sub_class]) == 1          # x[3] - c[1,1,3] keeps its one (rank-3) form
+    # a choice that takes every squeezed form computes the same values
+    choice = emit.original_choice(ing, exp)
+    sq_classes = {exp.lets[l] for l in squeezed}
+    took = 0
+    for c, nodes in enumerate(exp.egraph.classes):
+        for i in nodes:
+            if set(exp.egraph.nodes[i].children) & sq_classes:
+                choice[c] = i
+                took += 1
+    assert took == 2
+    out = emit.emit(ing, exp, choice)
+    assert sum(n.op == "Const" and n.name.endswith("/squeezed") for n in out.node) == 2
+    feeds = [RNG.randn(2, 4, 4, 3).astype("f"), RNG.randn(3).astype("f")]
+    for a, b in zip(run_graph(gd, item, feeds), run_graph(out, item, feeds)):
+        np.testing.assert_allclose(a, b, rtol=1e-6)
+
+
+# ------------------------------------------------------------------ real Keras exports
+@pytest.fixture(scope="module")
+def keras_exports(tmp_path_factory):
+    """A tiny CNN with BatchNormalization(axis=3) (keras.applications' form: [1,1,1,C] constants after Grappler)
+    and a tiny encoder (MultiHeadAttention + LayerNormalization + Dense GELU FFN), random weights, dynamic batch."""
+    import keras
+    from tensat_tf.zoo._keras import calibrate_batchnorm, randomize_weights
+    root = tmp_path_factory.mktemp("keras_exports")
+    x = keras.Input((12, 12, 3))
+    h = keras.layers.Conv2D(8, 3, padding="same", use_bias=False)(x)
+    h = keras.layers.ReLU()(keras.layers.BatchNormalization(axis=3, epsilon=1.001e-5)(h))
+    h2 = keras.layers.Conv2D(8, 3, padding="same")(keras.layers.BatchNormalization(axis=3)(h))
+    h = keras.layers.Concatenate()([h, keras.layers.BatchNormalization(axis=3)(h2)])
+    y = keras.layers.Dense(4)(keras.layers.GlobalAveragePooling2D()(h))
+    cnn = keras.Model(x, y)
+    randomize_weights(cnn, 0)
+    calibrate_batchnorm(cnn, (12, 12, 3), 0)
+    cnn.export(str(root / "cnn"), verbose=False)
+    x = keras.Input((None, 16))
+    a = keras.layers.MultiHeadAttention(num_heads=2, key_dim=8)(x, x)
+    h = keras.layers.LayerNormalization()(x + a)
+    f = keras.layers.Dense(16)(keras.layers.Dense(32, activation="gelu")(h))
+    enc = keras.Model(x, keras.layers.LayerNormalization()(h + f))
+    randomize_weights(enc, 1)
+    enc.export(str(root / "encoder"), verbose=False)
+    return {"cnn": str(root / "cnn"), "encoder": str(root / "encoder")}
+
+
+def tensat_pass(path, families, monkeypatch=None, squeeze=True):
+    from tensat_tf.io import load
+    from tensat_tf.passes import canonicalize
+    from tensat_tf.passes.tensat import EngineOptions, TensatPass
+    sig = load.load(path).signatures["serving_default"]
+    gd = canonicalize.optimize(sig.graph_def, sig.item)
+    if not squeeze:
+        monkeypatch.setattr(ingest, "BROADCAST_OPS", ())
+    p = TensatPass(EngineOptions(enable_rules=families))
+    out = p.optimize(gd, sig.item)
+    return gd, sig.item, out, p.stats
+
+
+def test_keras_cnn_batchnorm_folds_only_with_broadcast_normalized(keras_exports, monkeypatch):
+    gd, item, _, before = tensat_pass(keras_exports["cnn"], ["tf-fold"], monkeypatch, squeeze=False)
+    assert any(n.op == "Const" and len(n.attr["value"].tensor.tensor_shape.dim) == 4
+               and n.attr["value"].tensor.tensor_shape.dim[0].size == 1 for n in gd.node)
+    assert before.rules_applied == {}
+    monkeypatch.undo()
+    _, _, out, after = tensat_pass(keras_exports["cnn"], ["tf-fold"])
+    assert after.rules_applied.get("F02-conv-mul-fold", 0) >= 1
+    assert after.extraction["cost_after"] < after.extraction["cost_before"]
+    feeds = [RNG.rand(2, 12, 12, 3).astype("f")]
+    for a, b in zip(run_graph(gd, item, feeds), run_graph(out, item, feeds)):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_keras_encoder_qkv_einsums_merge_and_verify(keras_exports, tmp_path):
+    from tensat_tf.convert import Options, convert
+    from tensat_tf.passes.tensat import EngineOptions
+    report = convert(keras_exports["encoder"], str(tmp_path / "out"),
+                     Options(engine=EngineOptions(enable_rules=["tf-fold", "merge", "einsum"])))
+    sig = report["signatures"]["serving_default"]
+    assert sig["rules_applied"].get("EINSUM-MERGE-PROJ-BIAS-3") == 3
+    assert sig["ops_before"]["Einsum"] - sig["ops_after"]["Einsum"] == 2
+    assert sig["ops_after"]["SplitV"] == 1
+    assert sig["verification"]["passed"]
