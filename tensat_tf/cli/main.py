@@ -36,7 +36,7 @@ USAGE = """tensat_tf: TENSAT-style equality saturation for TensorFlow SavedModel
   tensat_tf batch --input_glob=GLOB|zoo:NAME [...] --output_root=ROOT [--jobs=N] [--model_timeout=S]
         [--model_memory_mb=MB] [convert's flags]   (one worker per model; resumable; one JSON line per model)
   tensat_tf extract EGRAPH.json [--method=greedy|ilp] [--ilp_seconds=N] [--solver=auto|cbc|highs]
-  tensat_tf profile SAVED_MODEL_DIR|zoo:NAME [--xla] [--batch_size=N]   (latency per signature)
+  tensat_tf profile SAVED_MODEL_DIR|zoo:NAME [--xla] [--batch_size=N] [--threads=1|default]   (latency per signature)
   tensat_tf rules [--rules=...] [--disable_rules=...] [--rules_file=F]   (one line per rule)
   tensat_tf calibrate SAVED_MODEL_DIR|zoo:NAME [--batch_size=N]   (times its ops into $TENSAT_TF_COST_CACHE)
 
