@@ -29,6 +29,7 @@ from collections import Counter
 from typing import Optional, Sequence
 
 from tensat_tf import errors
+from tensat_tf.io import save as save_mod
 
 OPSET = 17
 
@@ -138,7 +139,8 @@ class Pending:
 
 
 def _write_temp(final: str, data: bytes) -> Pending:
-    fd, tmp = tempfile.mkstemp(prefix=".tensat_tf-", suffix=".onnx", dir=os.path.dirname(final))
+    # owner pid and host in the name: a run killed outright leaves a file the next run removes (save.remove_stale_staging)
+    fd, tmp = tempfile.mkstemp(prefix=save_mod.staging_prefix(), suffix=".onnx", dir=os.path.dirname(final))
     pending = Pending(tmp, final)
     try:
         with os.fdopen(fd, "wb") as f:

@@ -395,9 +395,11 @@ def test_stale_staging_removed_live_kept(mlp_copy, tmp_path):
         for n in names.values():
             os.makedirs(tmp_path / n / "variables")
             (tmp_path / n / "saved_model.pb").write_bytes(b"half-written")
+        dead_onnx = f".tensat_tf-{dead.pid}@{host}-q1w2e3.onnx"      # a pending ONNX file of a killed run
+        (tmp_path / dead_onnx).write_bytes(b"half-written")
         convert(mlp_copy, str(tmp_path / "out"), FAST)
         left = set(os.listdir(tmp_path))
-        assert names["dead"] not in left
+        assert names["dead"] not in left and dead_onnx not in left
         assert {names["live"], names["other_host"], names["ownerless"]} <= left
     finally:
         live.kill()

@@ -328,6 +328,11 @@ _STAGING = re.compile(r"^\.tensat_tf-(\d+)@(.+)-[^-]+$")
 _committing = False      # set once publish() starts: from then on the output is (being) written
 
 
+def staging_prefix() -> str:
+    """Name prefix of this process's temporary folders and files beside an output (owner pid and host)."""
+    return f"{STAGING_PREFIX}{os.getpid()}@{socket.gethostname()}-"
+
+
 def committing() -> bool:
     """Whether this process began publishing (the CLI then lets an interrupted run finish instead of undoing it)."""
     return _committing
@@ -357,8 +362,13 @@ def remove_stale_staging(parent: str) -> list[str]:
         if not m or m.group(2) != host or int(m.group(1)) == os.getpid() or _alive(int(m.group(1))):
             continue
         path = os.path.join(parent, name)
-        if os.path.isdir(path) and not os.path.islink(path):
+        if os.path.islink(path):
+            continue
+        if os.path.isdir(path):
             shutil.rmtree(path, ignore_errors=True)
+            removed.append(name)
+        elif os.path.isfile(path):        # a pending ONNX file (tensat_tf/onnx_export.py)
+            os.remove(path)
             removed.append(name)
     return removed
 
@@ -372,7 +382,7 @@ def staging_dir(output_dir: str):
     _committing = False
     parent = os.path.dirname(os.path.abspath(output_dir))
     remove_stale_staging(parent)
-    tmp = tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}@{socket.gethostname()}-", dir=parent)
+    tmp = tempfile.mkdtemp(prefix=staging_prefix(), dir=parent)
     try:
         yield tmp
     finally:
