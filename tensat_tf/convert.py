@@ -133,7 +133,7 @@ def original_graph(sig):
     graph (written and loaded back earlier in this process) carries Grappler-rewritten functions under the same
     names, and TF refuses a second, different function of one name (zoo:lstm's While body). The writer's own
     renaming (tensat_tf/io/save.py) keeps the tag, so the published names stay deterministic."""
-    return save_mod._rename_functions(sig.graph_def, "original")
+    return save_mod.rename_functions(sig.graph_def, "original")
 
 
 def _deploy_extras(staged, output_dir, model, graphs, options: Options, report: dict, stage, lap, t):

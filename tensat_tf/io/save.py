@@ -87,7 +87,7 @@ def _with_suffix(name: str, suffix: str) -> str:
     return f"{m.group(1)}_{suffix}_{m.group(2)}" if m else f"{name}_{suffix}"
 
 
-def _rename_functions(graph_def, suffix: str):
+def rename_functions(graph_def, suffix: str):
     """Give every library function a per-signature name.
 
     Each signature is frozen on its own, so two signatures can carry different functions under one name (the frozen
@@ -297,7 +297,7 @@ def write_saved_model(export_dir: str, sigs: dict[str, Signature], graphs: dict[
     functions = {}
     for name in sorted(graphs):
         gd, var_map = _split_weights(graphs[name], min_variable_elements, module, by_key)
-        gd = _rename_functions(gd, _safe(name))
+        gd = rename_functions(gd, _safe(name))
         _drop_debug_uids(gd)
         functions[name] = _make_function(sigs[name], gd, var_map)
     tf.saved_model.save(module, export_dir, signatures=functions)
