@@ -24,12 +24,15 @@ literal position. Integer vectors are written `(vec-of 1 1 1 1)`, strings "SAME"
 Guards (`:when`, a list of conditions, all must hold) and computed literals on the right side may use:
     (rank ?x)  (dim ?x i)  (shape ?x)       the analysis shape of a tensor variable (i < 0 counts from the end)
     (const ?x)                              ?x depends only on weights (folded at emit)
-    (known ?x)                              every dimension of ?x is known
+    (known ?x)                              no dimension of ?x is -1: each is a size or a symbol (an unknown dim
+                                            named after a graph input's dim, tensat_tf/symbolic.py)
     (distinct ?a ?b)                        two different e-classes
     (ordered ?a ?b ...)                     weights (Weight leaves) with increasing ids: a symmetric multi rule
                                             matches each set of sources once, not once per permutation
     = != < <= > >=, + - * / % min max, vec-of vec-get vec-length, and literal variables
 Every tensor variable of a left side must have a known rank (a shape in the analysis) for the rule to match.
+Dims compared with = or != may be symbols (equal symbols are equal dims); a dim used as a number (arithmetic,
+ordering, a right-side literal) gets an automatic `(>= dim 0)` guard from the compiler (rules/compile.py).
 
 Tests: `:test BINDING` (repeatable) gives shapes for which the rule must fire; `:reject BINDING` shapes (or weight
 flags) for which it must not. A binding is a list of `(?x d0 d1 ...)` (an input tensor), `(?x :weight d0 ...)`
