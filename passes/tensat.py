@@ -37,6 +37,9 @@ class EngineOptions:
     budget: Budget = Budget()
     method: str = "ilp"                                # ilp | greedy
     ilp_seconds: float = 10.0
+    # saturation stops when an extraction of the e-graph after each iteration, limited to this many seconds, has not
+    # improved for budget.patience iterations (see egraph/saturate.py); 0: no probe
+    probe_seconds: float = 1.0
     solver: str = "auto"
     cost_model: str = "analytic"                       # analytic | measured
     batch_size: int = 1
@@ -120,6 +123,25 @@ class TensatPass:
         self.input_graph = None
         self.ruleset = rules_mod.select(options.enable_rules, options.disable_rules, options.rules_files)
 
+    def _probe(self, ing, model):
+        """The saturation probe: the DAG cost the extractor finds in the e-graph as it is now (the same export, cycle
+        filter and costs as below, with the ILP limited to probe_seconds)."""
+        o = self.options
+
+        def probe(eg):
+            exp = export_mod.export(eg, ing.roots)
+            g = exp.egraph
+            orig_ids = set(emit_mod.original_nodes(ing, exp).values())
+            costs = model.costs(exp)
+            if o.original_cost_factor != 1.0:
+                costs = [c * o.original_cost_factor + 1e-3 if i in orig_ids else c for i, c in enumerate(costs)]
+            g = EGraphData(g.with_costs(costs).nodes, g.classes, g.roots, cycles.cycle_blacklist(g, orig_ids))
+            try:
+                return extract(g, o.method, o.probe_seconds, o.solver).dag_cost
+            except NoExtraction:
+                return None
+        return probe
+
     def optimize(self, graph_def, item: GrapplerItem):
         o = self.options
         self.input_graph = graph_def           # what convert --profile falls back to
@@ -137,7 +159,9 @@ class TensatPass:
         ingest_mod.load(eg, ing)
         stats.typed_nodes, stats.opaque_nodes = len(ing.typed), len(ing.opaque)
         lap("ingest")
-        sat = saturate(eg, self.ruleset, o.budget, progress=self.progress)
+        model = cost_mod.get_model(o.cost_model, batch_size=o.batch_size)
+        sat = saturate(eg, self.ruleset, o.budget, progress=self.progress,
+                       probe=self._probe(ing, model) if o.probe_seconds > 0 else None)
         stats.saturation = sat.to_json()
         stats.iterations, stats.stop_reason = len(sat.iterations), sat.stop_reason.value
         lap("saturate")
@@ -152,7 +176,6 @@ class TensatPass:
         black = cycles.cycle_blacklist(g, orig_ids)
         stats.blacklisted = len(black)
         lap("cycles")
-        model = cost_mod.get_model(o.cost_model, batch_size=o.batch_size)
         costs = model.costs(exp)
         if o.original_cost_factor != 1.0:
             costs = [c * o.original_cost_factor + 1e-3 if i in orig_ids else c for i, c in enumerate(costs)]

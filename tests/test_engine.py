@@ -83,7 +83,9 @@ def ingest_let(ing, tensor):
 
 
 def test_node_limit_never_exceeded_and_rule_banned(zoo_cache):
-    eg, ing, res, _ = saturated("nasrnn", ["merge"], Budget(iterations=5, node_limit=1000, k_multi=2))
+    # no backoff: this tests the node limit's rollback and ban, which backoff would otherwise pre-empt
+    eg, ing, res, _ = saturated("nasrnn", ["merge"], Budget(iterations=5, node_limit=1000, k_multi=2,
+                                                            match_limit=None))
     assert res.enodes <= 1000
     assert res.banned, "MERGE-MATMUL-3 explodes on NasRNN's 48 MatMuls and must be banned"
     exp = export.export(eg, ing.roots)
@@ -92,8 +94,10 @@ def test_node_limit_never_exceeded_and_rule_banned(zoo_cache):
         assert it.enodes <= 1000
 
 
-def test_saturation_time_limit_holds(tmp_path):
-    """A 40-term sum under commutativity and associativity grows without bound: the time budget must stop it."""
+@pytest.mark.parametrize("scaled", [False, True])
+def test_saturation_time_limit_holds(tmp_path, scaled):
+    """A 40-term sum under commutativity and associativity grows without bound: the time budget must stop it, the
+    absolute one (1.5 s) or the one scaled to the input (max(1 s, 5 ms per input e-node))."""
     import tensorflow as tf
     g = tf.Graph()
     with g.as_default():
@@ -113,12 +117,17 @@ def test_saturation_time_limit_holds(tmp_path):
     ing = ingest.ingest(gd, item)
     eg = language.new_egraph()
     ingest.load(eg, ing)
-    budget = Budget(iterations=1000, node_limit=10_000_000, seconds=1.5)
+    budget = Budget(iterations=1000, node_limit=10_000_000, seconds=1.5, match_limit=None, nodes_per_enode=None,
+                    seconds_per_enode=0.005 if scaled else None, min_seconds=1.0)
     t = time.perf_counter()
     res = saturate(eg, rules.select([], extra_files=[str(p)]), budget)
     elapsed = time.perf_counter() - t
     assert res.stop_reason == StopReason.TIME_LIMIT
-    assert elapsed <= 1.5 * 1.1
+    limit = max(1.0, 0.005 * res.enodes_before) if scaled else 1.5
+    assert res.seconds_limit == pytest.approx(limit)
+    if scaled:
+        assert limit < 1.5, "the scaled budget is the one that stops it"
+    assert elapsed <= limit * 1.1
 
 
 def test_cycle_filter_blacklists_the_newest_node():

@@ -10,9 +10,19 @@ flags.DEFINE_list("disable_rules", [], "Rule names or families to disable.")
 flags.DEFINE_list("rules_file", [], "Extra rule files (rules syntax, see `tensat_tf rules --help`).")
 flags.DEFINE_integer("iterations", 15, "Saturation: at most this many iterations.")
 flags.DEFINE_integer("node_limit", 50_000, "Saturation: never exceed this many e-nodes (an iteration that would is "
-                                           "rolled back and its most-matching rule banned).")
-flags.DEFINE_float("saturation_seconds", 60.0, "Saturation: wall-clock budget in seconds.")
+                                           "rolled back and its most-matching rule banned). Unless set, the limit is "
+                                           "20x the input's e-nodes (at least 2,000), capped at this value.")
+flags.DEFINE_float("saturation_seconds", 60.0, "Saturation: wall-clock budget in seconds. Unless set, the budget is "
+                                               "5 ms per input e-node (at least 2 s), capped at this value.")
 flags.DEFINE_integer("k_multi", 1, "Saturation: multi-pattern rules run only in the first k iterations.")
+flags.DEFINE_integer("match_limit", 1_000, "Saturation backoff: a rule matching more than match_limit << times_banned "
+                                           "times in an iteration is not applied and is banned for ban_length << "
+                                           "times_banned iterations (egg's BackoffScheduler). 0: no backoff.")
+flags.DEFINE_integer("ban_length", 5, "Saturation backoff: base ban length in iterations.")
+flags.DEFINE_float("probe_seconds", 1.0, "Saturation: after each iteration, extract (at most this many seconds) and "
+                                         "stop once the best cost has not improved for --patience iterations. "
+                                         "0: no probe.")
+flags.DEFINE_integer("patience", 2, "Saturation: iterations without a better probe cost before stopping.")
 flags.DEFINE_enum("method", "ilp", ["ilp", "greedy"], "Extraction method.")
 flags.DEFINE_float("ilp_seconds", 10.0, "Extraction: hard wall-clock limit of the ILP (the greedy result is kept "
                                         "when it runs out).")
@@ -29,9 +39,12 @@ def engine_options():
     from tensat_tf.egraph.saturate import Budget
     from tensat_tf.passes.tensat import EngineOptions
     for name, value in (("iterations", FLAGS.iterations), ("node_limit", FLAGS.node_limit),
-                        ("batch_size", FLAGS.batch_size)):
+                        ("batch_size", FLAGS.batch_size), ("ban_length", FLAGS.ban_length),
+                        ("patience", FLAGS.patience)):
         if value < 1:
             raise errors.BadInput(f"--{name} must be >= 1")
+    if FLAGS.match_limit < 0 or FLAGS.probe_seconds < 0:
+        raise errors.BadInput("--match_limit and --probe_seconds must be >= 0")
     if FLAGS.saturation_seconds <= 0 or FLAGS.ilp_seconds <= 0:
         raise errors.BadInput("--saturation_seconds and --ilp_seconds must be > 0")
     try:
@@ -42,6 +55,16 @@ def engine_options():
         raise errors.BadInput(f"--rules_file: {e}") from None
     return EngineOptions(
         enable_rules=FLAGS.rules, disable_rules=tuple(FLAGS.disable_rules), rules_files=tuple(FLAGS.rules_file),
-        budget=Budget(FLAGS.iterations, FLAGS.node_limit, FLAGS.saturation_seconds, FLAGS.k_multi),
-        method=FLAGS.method, ilp_seconds=FLAGS.ilp_seconds, solver=FLAGS.solver, cost_model=FLAGS.cost_model,
-        batch_size=FLAGS.batch_size)
+        budget=budget_from_flags(Budget),
+        method=FLAGS.method, ilp_seconds=FLAGS.ilp_seconds, probe_seconds=FLAGS.probe_seconds, solver=FLAGS.solver,
+        cost_model=FLAGS.cost_model, batch_size=FLAGS.batch_size)
+
+
+def budget_from_flags(budget_cls):
+    """A limit the user set wins over the one scaled to the input (Budget.limits)."""
+    default = budget_cls()
+    return budget_cls(
+        FLAGS.iterations, FLAGS.node_limit, FLAGS.saturation_seconds, FLAGS.k_multi,
+        match_limit=FLAGS.match_limit or None, ban_length=FLAGS.ban_length, patience=FLAGS.patience,
+        nodes_per_enode=None if FLAGS["node_limit"].present else default.nodes_per_enode,
+        seconds_per_enode=None if FLAGS["saturation_seconds"].present else default.seconds_per_enode)

@@ -5,12 +5,27 @@ Each iteration:
      matches grow as a cross product, doubly exponentially over iterations);
   2. `push`es, runs one iteration of the active rules as one combined ruleset (search all, then apply all, as egg
      does), then saturates the analysis (shapes, IsConst) so the next iteration's guards see the new terms;
-  3. if the e-graph now exceeds the node limit, `pop`s (the iteration never happened), bans the rule with the most
-     matches in it and retries without it; if egglog raised (a rule derived a shape that contradicts TF's, which the
-     `shape` function refuses to merge), pops and bans the rules that raise when run alone;
-  4. stops with a typed reason: saturated, iteration limit, node limit (nothing left to run under the limit), or time
-     limit. The time limit is checked before an iteration starts, against the previous iteration's duration scaled by
-     its growth, because an egglog run cannot be interrupted.
+  3. backoff (egg's BackoffScheduler, which egglog 13.2 has only inside one run-schedule, so it cannot persist across
+     our push/pop iterations): a rule whose matches exceed `match_limit << times_banned` is banned for
+     `ban_length << times_banned` iterations and its matches are not applied: the iteration is `pop`ped and rerun
+     without it (the other rules' matches are the same, since every rule searches the same e-graph). This is what
+     keeps associativity/commutativity (TENSAT's S024/S028/S057 on LayerNorm's Mul/AddV2 chains) from filling the
+     e-graph while the rules that fire a few times (the Q/K/V merges) keep running;
+  4. if the e-graph now exceeds the node limit, `pop`s (the iteration never happened), bans the rule with the most
+     matches in it for good and retries without it; if egglog raised (a rule derived a shape that contradicts TF's,
+     which the `shape` function refuses to merge), pops and bans the rules that raise when run alone for good;
+  5. with a probe (the pass gives one: export + extraction of the current e-graph), stops when the best cost has not
+     improved for `patience` iterations: on the transformer exports every gain (the Q/K/V merges) is in the first
+     iterations, and what associativity/commutativity add later only makes the ILP slower. The probe starts after
+     iteration 2 (the baseline), so a model that saturates in two iterations (ResNet) pays nothing for it; its
+     time counts against the time budget but not in the forecast of the next iteration (it is bounded on its own);
+  6. stops with a typed reason: saturated (nothing changed and no rule is backed off: as in egg, when only backed-off
+     rules are left, their bans are shortened so the earliest one ends now), iteration limit, node limit (nothing
+     left to run under the limit), time limit, or no gain. The time limit is checked before an iteration starts,
+     against the previous iteration's duration scaled by its growth, because an egglog run cannot be interrupted.
+
+The node limit and the time budget scale with the input (`Budget.limits`): a 300-e-node encoder has nothing to gain
+from 50,000 e-nodes that the ILP then cannot solve in its time limit.
 
 E-nodes are counted over the term constructors only (the analysis tables are excluded), which is what the exported
 e-graph and the ILP see.
@@ -37,14 +52,68 @@ class StopReason(str, enum.Enum):
     ITERATION_LIMIT = "iteration_limit"
     NODE_LIMIT = "node_limit"
     TIME_LIMIT = "time_limit"
+    NO_GAIN = "no_gain"
 
 
 @dataclasses.dataclass(frozen=True)
 class Budget:
     iterations: int = 15
-    node_limit: int = 50_000
-    seconds: Optional[float] = None
+    node_limit: int = 50_000                    # absolute cap on e-nodes
+    seconds: Optional[float] = None             # absolute cap on wall-clock seconds
     k_multi: int = 1
+    match_limit: Optional[int] = 1_000          # backoff scheduler (egg's defaults); None: no backoff
+    ban_length: int = 5
+    nodes_per_enode: Optional[float] = 20.0     # node limit = max(min_nodes, this x e-nodes of the input), capped
+    min_nodes: int = 2_000
+    seconds_per_enode: Optional[float] = 0.005  # time budget = max(min_seconds, this x e-nodes of the input), capped
+    min_seconds: float = 2.0
+    patience: Optional[int] = 2                 # with a probe: stop after this many iterations without a better cost
+
+    def limits(self, enodes: int) -> tuple[int, Optional[float]]:
+        """(node limit, seconds) for an input of `enodes` e-nodes."""
+        nodes = self.node_limit
+        if self.nodes_per_enode is not None:
+            nodes = min(nodes, max(self.min_nodes, int(self.nodes_per_enode * enodes)))
+        secs = self.seconds
+        if self.seconds_per_enode is not None:
+            scaled = max(self.min_seconds, self.seconds_per_enode * enodes)
+            secs = scaled if secs is None else min(secs, scaled)
+        return nodes, secs
+
+
+class Backoff:
+    """egg's BackoffScheduler state: per rule, how often it was banned and the iteration its ban ends."""
+
+    def __init__(self, match_limit: Optional[int], ban_length: int):
+        self.match_limit, self.ban_length = match_limit, ban_length
+        self.times_banned: dict[str, int] = {}
+        self.banned_until: dict[str, int] = {}
+
+    def banned(self, rule: str, iteration: int) -> bool:
+        return self.banned_until.get(rule, 0) > iteration
+
+    def over(self, matches: dict, iteration: int) -> list[str]:
+        """Ban (and return) the rules whose matches in `iteration` exceed their threshold."""
+        if self.match_limit is None:
+            return []
+        out = []
+        for rule, n in sorted(matches.items()):
+            t = self.times_banned.get(rule, 0)
+            if n > self.match_limit << t:
+                self.banned_until[rule] = iteration + (self.ban_length << t)
+                self.times_banned[rule] = t + 1
+                out.append(rule)
+        return out
+
+    def can_stop(self, iteration: int) -> bool:
+        """egg's can_stop: true when no rule is banned; otherwise shortens every ban so the earliest ends now."""
+        left = [r for r, until in self.banned_until.items() if until > iteration]
+        if not left:
+            return True
+        delta = min(self.banned_until[r] for r in left) - iteration
+        for r in left:
+            self.banned_until[r] -= delta
+        return False
 
 
 @dataclasses.dataclass
@@ -53,8 +122,10 @@ class IterationStats:
     enodes: int
     seconds: float
     matches: dict                       # rule name -> matches this iteration
-    banned: list = dataclasses.field(default_factory=list)    # rules banned while trying this iteration
+    banned: list = dataclasses.field(default_factory=list)    # rules banned for good while trying this iteration
     rolled_back: int = 0                # attempts undone by pop
+    backed_off: list = dataclasses.field(default_factory=list)  # rules the backoff scheduler banned this iteration
+    probe_cost: Optional[float] = None  # the probe's best cost of the e-graph after this iteration
 
 
 @dataclasses.dataclass
@@ -65,11 +136,16 @@ class SaturationResult:
     enodes: int
     banned: list
     seconds: float
+    node_limit: int = 0                 # the limits this run had (Budget.limits of the input)
+    seconds_limit: Optional[float] = None
+    backed_off: list = dataclasses.field(default_factory=list)
 
     def to_json(self) -> dict:
         return {
             "stop_reason": self.stop_reason.value, "iterations": len(self.iterations),
             "enodes_before": self.enodes_before, "enodes_after_saturation": self.enodes, "banned": self.banned,
+            "backed_off": self.backed_off, "node_limit": self.node_limit,
+            "seconds_limit": None if self.seconds_limit is None else round(self.seconds_limit, 4),
             "seconds": round(self.seconds, 4),
             "per_iteration": [dataclasses.asdict(i) for i in self.iterations],
         }
@@ -102,8 +178,8 @@ class Saturator:
     constructor with no e-node (Conv2D rules on BERT) cannot match, and with ~160 rules the per-rule cost of egglog's
     search dominates small graphs. The check is redone every iteration, since right sides add constructors."""
 
-    def __init__(self, eg, ruleset: RuleSet, budget: Budget, progress=None):
-        self.eg, self.rs, self.budget = eg, ruleset, budget
+    def __init__(self, eg, ruleset: RuleSet, budget: Budget, progress=None, probe=None):
+        self.eg, self.rs, self.budget, self.probe = eg, ruleset, budget, probe
         self.progress = progress or (lambda text: None)
         self.counter = 0
         self.loaded: set[str] = set()
@@ -154,25 +230,34 @@ class Saturator:
         t0 = time.perf_counter()
         sizes = _function_sizes(self.eg)
         size0 = size = _enodes(sizes)
-        banned: list[str] = []
+        node_limit, seconds = b.limits(size0)
+        banned: list[str] = []                  # for good (node limit, egglog errors)
+        backoff = Backoff(b.match_limit, b.ban_length)
+        backed_off: list[str] = []              # every rule the scheduler banned, once, in order
         iters: list[IterationStats] = []
         if not self.rs.rules:
-            return SaturationResult(StopReason.NO_RULES, iters, size0, size, banned, 0.0)
+            return SaturationResult(StopReason.NO_RULES, iters, size0, size, banned, 0.0, node_limit, seconds)
         last_secs, growth = 0.0, 1.0
+        best, stale = float("inf"), 0           # the probe's best cost so far, iterations since it improved
         reason = StopReason.ITERATION_LIMIT
         for k in range(b.iterations):
             present = {name for name, n in sizes.items() if n > 0}
-            active = [r.name for r in self.rs.rules if r.name not in banned and (not r.multi or k < b.k_multi)
-                      and self.heads[r.name] <= present]
-            if not active:
+            runnable = [r.name for r in self.rs.rules if r.name not in banned and (not r.multi or k < b.k_multi)
+                        and self.heads[r.name] <= present]
+            if not runnable:
                 reason = StopReason.SATURATED if not banned else StopReason.NODE_LIMIT
                 break
-            if b.seconds is not None and time.perf_counter() - t0 + last_secs * growth > b.seconds:
+            active = [n for n in runnable if not backoff.banned(n, k)]
+            if not active:                      # only backed-off rules left: end the earliest ban now (egg)
+                backoff.can_stop(k)
+                active = [n for n in runnable if not backoff.banned(n, k)]
+            if seconds is not None and time.perf_counter() - t0 + last_secs * growth > seconds:
                 reason = StopReason.TIME_LIMIT
                 break
             stats = IterationStats(k + 1, size, 0.0, {})
             ti = time.perf_counter()
             self._load(active)
+            tl = time.perf_counter()            # compiling rules is a one-off: not in the next iteration's forecast
             while active:
                 _run(self.eg, "(push)")
                 try:
@@ -185,9 +270,17 @@ class Saturator:
                         stats.banned.append(n)
                     active = [n for n in active if n not in banned]
                     continue
+                over = backoff.over({n: c for n, c in matches.items() if n in active}, k)
+                if over:
+                    _run(self.eg, "(pop)")
+                    stats.rolled_back += 1
+                    stats.backed_off.extend(over)
+                    backed_off.extend(n for n in over if n not in backed_off)
+                    active = [n for n in active if n not in over]
+                    continue
                 sizes = _function_sizes(self.eg)
                 new_size = _enodes(sizes)
-                if new_size > b.node_limit:
+                if new_size > node_limit:
                     _run(self.eg, "(pop)")
                     stats.rolled_back += 1
                     worst = max(sorted(matches), key=lambda n: matches[n]) if matches else active[0]
@@ -198,24 +291,40 @@ class Saturator:
                 break
             else:
                 matches, new_size, updated = {}, size, False
+                sizes = _function_sizes(self.eg)
+            run_secs = time.perf_counter() - tl
+            if updated and k > 0 and self.probe is not None and b.patience is not None:
+                stats.probe_cost = self.probe(self.eg)
+                if stats.probe_cost is not None and stats.probe_cost < best * (1 - 1e-9):
+                    best, stale = stats.probe_cost, 0
+                else:
+                    stale += 1
             stats.seconds = round(time.perf_counter() - ti, 4)
             stats.enodes = new_size
             stats.matches = {n: c for n, c in sorted(matches.items()) if c}
             iters.append(stats)
             self.progress(f"saturation iteration {stats.index}: {new_size} e-nodes, {len(stats.matches)} rules "
-                          f"matched" + (f", banned {', '.join(stats.banned)}" if stats.banned else ""))
-            last_secs, growth = stats.seconds, max(1.0, new_size / max(size, 1))
-            if not active:
+                          f"matched" + (f", banned {', '.join(stats.banned)}" if stats.banned else "")
+                          + (f", backed off {', '.join(stats.backed_off)}" if stats.backed_off else ""))
+            last_secs, growth = run_secs, max(1.0, new_size / max(size, 1))
+            size = new_size
+            if stale >= (b.patience or 0) > 0:
+                reason = StopReason.NO_GAIN
+                break
+            if not updated and not stats.banned:
+                # nothing changed: saturated unless rules are backed off (then their bans end sooner, as in egg)
+                if backoff.can_stop(k + 1) and not stats.backed_off:
+                    reason = StopReason.SATURATED
+                    break
+            elif not updated and not [n for n in runnable if n not in banned]:
                 reason = StopReason.NODE_LIMIT
                 break
-            if not updated and not stats.rolled_back:
-                reason = StopReason.SATURATED
-                size = new_size
-                break
-            size = new_size
-        return SaturationResult(reason, iters, size0, size, banned, time.perf_counter() - t0)
+        return SaturationResult(reason, iters, size0, size, banned, time.perf_counter() - t0, node_limit, seconds,
+                                backed_off)
 
 
-def saturate(eg, ruleset: RuleSet, budget: Budget = Budget(), progress=None) -> SaturationResult:
-    """progress: optional callable taking one line of text per iteration."""
-    return Saturator(eg, ruleset, budget, progress).run()
+def saturate(eg, ruleset: RuleSet, budget: Budget = Budget(), progress=None, probe=None) -> SaturationResult:
+    """progress: optional callable taking one line of text per iteration. probe: optional callable taking the e-graph
+    and returning the cost of the best program extractable from it (None if none), called after every iteration that
+    changed the e-graph; saturation stops (NO_GAIN) when it has not improved for `budget.patience` iterations."""
+    return Saturator(eg, ruleset, budget, progress, probe).run()

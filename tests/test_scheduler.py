@@ -1,0 +1,145 @@
+"""The saturation driver's backoff scheduler (egg's BackoffScheduler) and the budgets scaled to the input."""
+import pytest
+
+from tensat_tf import rules
+from tensat_tf.egraph import ingest, language
+from tensat_tf.egraph.saturate import Backoff, Budget, StopReason, saturate
+
+RULES = ("(family t)\n"
+         "(rule ASSOC (AddV2 (AddV2 ?a ?b) ?c) => (AddV2 ?a (AddV2 ?b ?c)) :test ((?a 2 2) (?b 2 2) (?c 2 2)))\n"
+         "(rule MULC (Mul ?a ?b) => (Mul ?b ?a) :test ((?a 2 2) (?b 2 2)))\n")
+
+
+def test_backoff_thresholds_and_bans_double():
+    b = Backoff(match_limit=10, ban_length=5)
+    assert b.over({"r": 10, "s": 3}, 0) == []                 # at the limit: applied
+    assert b.over({"r": 11}, 1) == ["r"]                      # over it: banned for 5 iterations
+    assert [b.banned("r", k) for k in (2, 5, 6)] == [True, True, False]
+    assert b.over({"r": 20}, 6) == []                         # threshold is now 10 << 1
+    assert b.over({"r": 21}, 7) == ["r"] and b.banned_until["r"] == 7 + 10
+    assert not b.can_stop(8)                                  # banned: no saturation; the ban is shortened
+    assert not b.banned("r", 8) and b.can_stop(8)
+    assert Backoff(None, 5).over({"r": 10 ** 9}, 0) == []     # no match limit: no backoff
+
+
+def test_budget_scales_with_the_input_and_caps_hold():
+    b = Budget()
+    assert b.limits(100) == (2_000, 2.0)                      # floors
+    assert b.limits(1_000) == (20_000, 5.0)
+    assert b.limits(10_000) == (50_000, 50.0)                 # the absolute node cap
+    assert Budget(seconds=3.0).limits(1_000)[1] == 3.0        # the absolute time cap
+    assert Budget(node_limit=700, nodes_per_enode=None, seconds_per_enode=None).limits(1_000) == (700, None)
+
+
+def _egraph(n_mul=50):
+    """x + c1 + ... + c6 (a left-deep AddV2 chain) and x * d1 * ... * d{n_mul} (a Mul chain)."""
+    import tensorflow as tf
+    from tensat_tf.item import GrapplerItem
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [4, 4], name="x")
+        y = x
+        for i in range(6):
+            y = tf.add(y, tf.constant(float(i + 1), shape=[4, 4]))
+        z = x
+        for i in range(n_mul):
+            z = z * tf.constant(float(i + 2), shape=[4, 4])
+        tf.identity(y, name="out")
+        tf.identity(z, name="out2")
+    gd = g.as_graph_def()
+    ing = ingest.ingest(gd, GrapplerItem(feeds=["x:0"], fetches=["out:0", "out2:0"]))
+    eg = language.new_egraph()
+    ingest.load(eg, ing)
+    last_mul = [n for n in gd.node if n.op == "Mul"][-1]
+    return eg, ing, last_mul
+
+
+def _rules(tmp_path, text=RULES):
+    p = tmp_path / "t.rules"
+    p.write_text(text)
+    return rules.select([], extra_files=[str(p)])
+
+
+def _commuted(eg, ing, mul) -> bool:
+    a, b = (ing.output_lets[t if ":" in t else t + ":0"] for t in mul.input)
+    try:
+        eg.run_program(*eg.parse_program(f"(check (= {ing.lets[mul.name]} (Mul {b} {a})))"))
+        return True
+    except Exception:  # noqa: BLE001
+        return False
+
+
+UNSCALED = dict(nodes_per_enode=None, seconds_per_enode=None)
+
+
+def test_rule_over_the_match_limit_is_banned_then_unbanned_after_its_ban_length(tmp_path):
+    eg, ing, mul = _egraph()
+    res = saturate(eg, _rules(tmp_path), Budget(iterations=10, match_limit=40, ban_length=2, **UNSCALED))
+    it = res.iterations
+    # iteration 1: MULC has 50 matches > 40: not applied, banned for 2 iterations; ASSOC keeps changing the e-graph
+    assert it[0].backed_off == ["MULC"] and "ASSOC" in it[0].matches
+    assert "MULC" not in it[1].matches and it[1].enodes > it[0].enodes
+    # iteration 3 = 1 + ban length: back, under the doubled threshold (50 <= 80), and applied
+    assert it[2].matches.get("MULC") == 50 and not it[2].backed_off
+    assert res.stop_reason == StopReason.SATURATED and res.backed_off == ["MULC"]
+    assert _commuted(eg, ing, mul)
+
+
+def test_saturation_is_not_declared_while_a_rule_is_banned(tmp_path):
+    only_mulc = "(family t)\n" + RULES.splitlines()[2] + "\n"
+    eg, ing, mul = _egraph()
+    # the only rule is backed off in iteration 1, so nothing changes: that is not saturation
+    res = saturate(eg, _rules(tmp_path, only_mulc), Budget(iterations=1, match_limit=40, **UNSCALED))
+    assert res.iterations[0].backed_off == ["MULC"] and res.stop_reason == StopReason.ITERATION_LIMIT
+    assert not _commuted(eg, ing, mul)
+    # with iterations left, its ban is cut short (as egg's can_stop does), it runs, and only then is it saturated
+    eg, ing, mul = _egraph()
+    res = saturate(eg, _rules(tmp_path, only_mulc), Budget(iterations=10, match_limit=40, **UNSCALED))
+    assert res.stop_reason == StopReason.SATURATED
+    assert res.iterations[1].matches == {"MULC": 50}
+    assert _commuted(eg, ing, mul)
+
+
+def test_match_limit_none_is_the_old_driver(tmp_path):
+    eg, ing, mul = _egraph()
+    res = saturate(eg, _rules(tmp_path), Budget(iterations=10, match_limit=None, **UNSCALED))
+    assert res.backed_off == [] and res.iterations[0].matches.get("MULC") == 50
+    assert _commuted(eg, ing, mul)
+
+
+def test_a_user_set_flag_wins_over_the_scaled_budget():
+    from absl import flags
+    from tensat_tf.cli import engine_flags
+    FLAGS = flags.FLAGS
+    try:
+        FLAGS.unparse_flags()
+        FLAGS(["prog"])
+        b = engine_flags.engine_options().budget
+        assert b.nodes_per_enode is not None and b.seconds_per_enode is not None and b.match_limit == 1000
+        FLAGS.unparse_flags()
+        FLAGS(["prog", "--node_limit=1234", "--saturation_seconds=7", "--match_limit=0"])
+        b = engine_flags.engine_options().budget
+        assert b.limits(10_000) == (1234, 7.0) and b.match_limit is None
+    finally:
+        FLAGS.unparse_flags()
+
+
+def test_probe_stops_saturation_once_the_cost_stops_improving(tmp_path):
+    # ASSOC changes the 6-term chain for more than 4 iterations (no backoff)
+    budget = Budget(iterations=10, match_limit=None, patience=2, **UNSCALED)
+    calls = []
+
+    def flat(eg):                       # the cost never improves after the baseline (iteration 2)
+        calls.append(1)
+        return 1.0
+    eg, _, _ = _egraph()
+    res = saturate(eg, _rules(tmp_path), budget, probe=flat)
+    assert res.stop_reason == StopReason.NO_GAIN
+    assert [i.probe_cost for i in res.iterations] == [None, 1.0, 1.0, 1.0] and len(calls) == 3
+
+    def improving(eg):                  # a cost that keeps falling: no early stop
+        calls.append(1)
+        return 1.0 / len(calls)
+    eg, _, _ = _egraph()
+    res = saturate(eg, _rules(tmp_path), budget, probe=improving)
+    assert res.stop_reason == StopReason.SATURATED and len(res.iterations) > 4
