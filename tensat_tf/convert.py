@@ -58,7 +58,8 @@ def _write_and_verify(staged, model, graphs, path, options, report, lap, t):
     save_mod.write_saved_model(staged, model.signatures, graphs, path, options.min_variable_elements)
     t = lap("save", t)
     reloaded = tf.saved_model.load(staged)
-    pairs = [(name, sig.inputs, sig.outputs, sig.function, reloaded.signatures[name], sig.call_frozen)
+    pairs = [(name, sig.inputs, sig.outputs, sig.function, reloaded.signatures[name],
+              (sig.call_frozen, verify_mod.rounding_twin(sig.graph_def, sig.inputs, sig.outputs)))
              for name, sig in sorted(model.signatures.items())]
     result = verify_mod.verify(pairs, options.verify_batch_sizes, options.seed, options.rtol)
     t = lap("verify", t)
