@@ -1,4 +1,6 @@
 """`tensat_tf calibrate SRC [--batch_size=N]`: time every distinct op of a model on this machine into the cost cache.
+`tensat_tf calibrate --fusion [SRC]`: also (or only) time the contraction patterns TF's CPU runtime fuses against
+their parts (tensat_tf/cost/fusion_bench.py), the numbers behind the analytic profile's fused_contractions.
 
 The model goes through the same front end as convert (load and freeze each signature, the Grappler clean-up
 pre-pass, ingest into an e-graph, export), so the cache ends up holding exactly the (op, literals, shapes) keys that
@@ -18,6 +20,8 @@ from tensat_tf.cli import convert_cmd  # noqa: F401  (defines --tags, --signatur
 from tensat_tf.cli import engine_flags  # noqa: F401  (defines --batch_size, shared with convert's cost model)
 
 FLAGS = flags.FLAGS
+flags.DEFINE_bool("fusion", False, "calibrate: time the fused conv / matmul / depthwise + bias + activation patterns "
+                                   "against their parts (Grappler on, one thread) and print the numbers.")
 
 
 def exported_signatures(src: str, tags, signatures, canonicalize: bool) -> dict:
@@ -44,7 +48,28 @@ def exported_signatures(src: str, tags, signatures, canonicalize: bool) -> dict:
     return out
 
 
+def fusion_report() -> None:
+    """Run the fusion benchmark in a worker process and print one line per pattern (times in us per copy)."""
+    from tensat_tf.cost import fusion_bench
+    try:
+        res = fusion_bench.run_in_worker()
+    except (RuntimeError, OSError, ValueError, fusion_bench.subprocess.TimeoutExpired) as e:
+        raise errors.InternalError(f"calibrate --fusion: {e}") from None
+    setup = res["setup"]
+    print(f"fusion patterns at conv input {tuple(setup['conv_input'])} (matmul {setup['conv_input'][1] ** 2}x"
+          f"{setup['channels']}x{setup['channels']}), us per copy, fastest of {setup['blocks']} interleaved blocks, "
+          f"tf {setup['tf']}; per-node overhead {res['overhead_us_per_node']} us")
+    for name, p in res["patterns"].items():
+        print(f"  {name:22s} fused {p['fused_us']:8.2f}  contraction alone {p['contraction_us']:8.2f}  epilogue fused "
+              f"{p['epilogue_fused_us']:7.2f} vs separate {p['epilogue_separate_us']:7.2f}  kernels "
+              f"{','.join(k for k in p['kernels'] if k.startswith('_') or k in ('Relu', 'Tanh', 'BiasAdd'))}")
+
+
 def main(args: list[str]) -> int:
+    if FLAGS.fusion:
+        fusion_report()
+        if not args:
+            return 0
     if len(args) != 1:
         raise errors.BadInput("calibrate takes exactly one SAVED_MODEL_DIR (or zoo:NAME); got "
                               + (" ".join(args) if args else "none"))

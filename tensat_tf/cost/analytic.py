@@ -55,6 +55,8 @@ class DeviceProfile:
     flops_per_element_by_term: tuple[tuple[str, float], ...] = (("Tanh", 20.0), ("Sigmoid", 20.0))
     strided_copy_efficiency: float = 1.0
     broadcast_efficiency: float = 1.0
+    # contractions whose bias / batch-norm / activation epilogue the runtime fuses AND runs faster (cost/fusion.py)
+    fused_contractions: tuple[str, ...] = ()
 
     def overhead_ms(self, term: str) -> float:
         return dict(self.overhead_us_by_term).get(term, self.op_overhead_us) * 1e-3
@@ -84,6 +86,12 @@ class DeviceProfile:
 #   strided_copy_efficiency 0.5: Transpose 1024x1024 reaches 30 GB/s, [0,2,1,3] on 8x128x12x64 73 GB/s.
 #   broadcast_efficiency 0.3: AddV2 / Mul / BiasAdd of a per-channel vector onto NHWC activations reach 20 GB/s with
 #     16 channels, 29 with 32, 43 with 1024 (a scalar operand streams at full speed).
+#   fused_contractions ("Conv2D",): tensat_tf/cost/fusion_bench.py (`tensat_tf calibrate --fusion`), Grappler on as
+#     when serving: Conv2D + BiasAdd (+ Relu) runs as one _MklNativeFusedConv2D whose epilogue costs 0 +- 1.5 us against
+#     3.1-3.4 us for BiasAdd + Relu as separate ops at [1,14,14,32] (this model predicts 3.0), 7-8 us at C=128, 11-13
+#     at C=256; Conv2D + AddV2([C]) fuses the same way. MatMul and depthwise epilogues fuse but are not faster
+#     (fusion.py has the numbers), so they stay priced as separate ops. Per-node overhead in the same runs (a [1]
+#     Relu, R=8 copies): 0.13-0.55 us, so op_overhead_us 0.3 stands.
 # Large ops land within ~30 % of their measurement; sub-microsecond ops are as noisy as that between runs. The
 # measurements ran while other jobs shared the VM (fastest rounds kept); BENCHMARKS.md has whole-model sums.
 # `tensat_tf calibrate MODEL` prints the measured and the analytic sum of a model's op costs side by side.
@@ -93,7 +101,7 @@ CPU = DeviceProfile(
                          ("Transpose", 3.7), ("MaxPool", 4.7), ("Conv2D", 5.5), ("DepthwiseConv2dNative", 8.3),
                          ("FusedBatchNormV3", 4.5), ("Einsum", 3.2)),
     flops_per_element_by_term=(("Tanh", 35.0), ("Sigmoid", 64.0)),
-    strided_copy_efficiency=0.5, broadcast_efficiency=0.3)
+    strided_copy_efficiency=0.5, broadcast_efficiency=0.3, fused_contractions=("Conv2D",))
 
 # GPU profiles: peak and bandwidth from the vendor datasheets, dense FP32 without tensor cores (the graphs are
 # float32): NVIDIA T4 datasheet, 8.1 TFLOPS FP32 and 320 GB/s GDDR6; NVIDIA H100 SXM5 datasheet, 67 TFLOPS FP32
@@ -303,8 +311,39 @@ def _broadcasts_vector(ins: Sequence[Shape]) -> bool:
     return any(1 < n < max(sizes) for n in sizes)
 
 
-def costs(exp: Exported, batch_size: int = 1, profile: DeviceProfile = CPU) -> list[float]:
-    """One cost (ms) per e-node of exp.egraph, index-aligned with exp.egraph.nodes."""
+def fused_cost(term: str, in_shapes: Optional[Sequence[Shape]], out_shape: Optional[Shape],
+               profile: DeviceProfile = CPU) -> float:
+    """Cost in ms of an op run as the epilogue of a fused contraction kernel: its arithmetic on the output tile while
+    it is still in cache (FLOPs at peak, scaled by flops_per_element); no overhead, no memory pass."""
+    shape = out_shape if out_shape is not None else (in_shapes[0] if in_shapes else None)
+    if shape is None:
+        return 0.0
+    per_element = 2.0 if term == "FusedBatchNormV3" else profile.flops_per_element(term)
+    return numel(shape) * per_element / (profile.peak_gflops * 1e6)
+
+
+def apply_fusion(exp: Exported, costs_ms: list[float], batch_size: int, profile: DeviceProfile) -> list[float]:
+    """costs_ms with every node the runtime fuses into a contraction (fusion.fused_nodes) repriced by fused_cost,
+    for the profile's fused_contractions. Folded nodes keep their 0."""
+    if not profile.fused_contractions:
+        return costs_ms
+    from tensat_tf.cost import fusion
+    const = constant_classes(exp.egraph)
+    out = list(costs_ms)
+    for i in fusion.fused_nodes(exp, profile.fused_contractions):
+        n = exp.egraph.nodes[i]
+        if is_folded(n, const):
+            continue
+        in_shapes, out_shape = node_shapes(exp, i, batch_size)
+        out[i] = min(out[i], fused_cost(n.op, in_shapes, out_shape, profile))
+    return out
+
+
+def costs(exp: Exported, batch_size: int = 1, profile: DeviceProfile = CPU, fusion: bool = True) -> list[float]:
+    """One cost (ms) per e-node of exp.egraph, index-aligned with exp.egraph.nodes.
+
+    fusion: price the epilogues the runtime fuses into contractions (those of profile.fused_contractions).
+    """
     profile = profile_named(profile)
     const = constant_classes(exp.egraph)
     out = []
@@ -317,5 +356,5 @@ def costs(exp: Exported, batch_size: int = 1, profile: DeviceProfile = CPU) -> l
             continue
         in_shapes, out_shape = node_shapes(exp, i, batch_size)
         out.append(node_cost(n.op, n.payload, in_shapes, out_shape, batch_size, profile))
-    return out
+    return apply_fusion(exp, out, batch_size, profile) if fusion else out
 
