@@ -38,7 +38,8 @@ USAGE = """tensat_tf: TENSAT-style equality saturation for TensorFlow SavedModel
   tensat_tf extract EGRAPH.json [--method=greedy|ilp] [--ilp_seconds=N] [--solver=auto|cbc|highs]
   tensat_tf profile SAVED_MODEL_DIR|zoo:NAME [--xla] [--batch_size=N] [--threads=1|default]   (latency per signature)
   tensat_tf rules [--rules=...] [--disable_rules=...] [--rules_file=F]   (one line per rule)
-  tensat_tf calibrate SAVED_MODEL_DIR|zoo:NAME [--batch_size=N]   (times its ops into $TENSAT_TF_COST_CACHE)
+  tensat_tf calibrate SAVED_MODEL_DIR|zoo:NAME [--batch_size=N] [--fusion]   (times its ops into $TENSAT_TF_COST_CACHE;
+        --fusion: fused conv/matmul epilogues against their parts)
 
 Flags may come from --flagfile=FILE. --helpfull lists every flag.
 """
