@@ -46,6 +46,8 @@ setup(
         "test": ["pytest>=8", "onnxruntime>=1.20", "highspy>=1.7"],
         "highs": ["highspy>=1.7"],
         "onnx": ["onnxruntime>=1.20"],      # --emit_onnx checks the ONNX file with onnxruntime
+        # tools/bench.py's peer runtimes (ONNX Runtime, OpenVINO reading SavedModels); not needed by CI's tests
+        "bench": ["onnxruntime>=1.20", "openvino==2026.4.1"],
     },
     entry_points={"console_scripts": ["tensat_tf=tensat_tf.cli.main:run"]},
 )

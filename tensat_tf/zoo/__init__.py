@@ -33,6 +33,14 @@ _MODELS = {
     "vgg19": "keras.applications.VGG19 224x224x3, include_top=False + GAP + Dense(1000) head, random weights (slow)",
 }
 NAMES = sorted(_MODELS)
+# The real-exports suite (issue 10): Keras 3 exports with dynamic batch (and sequence) dims, one builder module per
+# family with build(name, export_dir). Kept out of NAMES, whose every entry tests/test_zoo.py and
+# tests/test_convert_zoo.py build; tests/test_real_exports.py covers these.
+from tensat_tf.zoo import keras_apps as _keras_apps, transformers as _transformers  # noqa: E402 (no keras import)
+_FAMILY = {**{n: "keras_apps" for n in _keras_apps.APPS}, **{n: "transformers" for n in _transformers.MODELS}}
+_MODELS.update(_keras_apps.DESCRIPTIONS)
+_MODELS.update(_transformers.MODELS)
+SUITE_NAMES = sorted(_FAMILY)
 # More than ~10 s to build or to convert (real Keras applications, TENSAT's large benchmarks); tests mark them slow.
 SLOW_NAMES = frozenset({"mobilenet_v2", "resnet50", "inception_v3", "vgg19",
                         "bert_taso", "nasrnn_taso", "resnext50", "nasnet_a"})
@@ -44,7 +52,7 @@ class UnknownModel(ValueError):
 
 def _check(name: str) -> None:
     if name not in _MODELS:
-        raise UnknownModel(f"unknown zoo model {name!r}; available: {', '.join(NAMES)}")
+        raise UnknownModel(f"unknown zoo model {name!r}; available: {', '.join(NAMES + SUITE_NAMES)}")
 
 
 def describe(name: str) -> str:
@@ -55,6 +63,9 @@ def describe(name: str) -> str:
 def build(name: str, export_dir: str) -> None:
     """Write model `name` as a SavedModel into export_dir, which must not exist yet or be empty."""
     _check(name)
+    if name in _FAMILY:
+        importlib.import_module(f"{__name__}.{_FAMILY[name]}").build(name, os.fspath(export_dir))
+        return
     importlib.import_module(f"{__name__}.{name}").build(os.fspath(export_dir))
 
 

@@ -29,6 +29,21 @@ def _redraw(layer, var, r: np.random.RandomState) -> np.ndarray:
     if name == "moving_variance":
         # Placeholder until calibrate_batchnorm(); positive like a real variance.
         return around_one(r, shape)
+    # Weight roles of the real-exports suite (zoo/keras_apps.py, zoo/transformers.py); no older builder has them.
+    if name == "depthwise_kernel":      # SeparableConv2D: (h, w, in, multiplier), each output sees h*w inputs
+        return he_normal(r, shape, int(np.prod(shape[:-2])))
+    if name == "pointwise_kernel":
+        return he_normal(r, shape, int(np.prod(shape[:-1])))
+    if name == "scale" or type(layer).__name__ == "LayerScale":    # RMSNormalization; ConvNeXt's LayerScale
+        return around_one(r, shape)
+    if name == "embeddings":
+        return small(r, shape, 1.0)
+    if name == "mean" and isinstance(layer, keras.layers.Normalization):
+        return small(r, shape)
+    if name == "variance" and isinstance(layer, keras.layers.Normalization):
+        return around_one(r, shape)
+    if name == "count" and isinstance(layer, keras.layers.Normalization):
+        return var.numpy()              # an int counter of adapt(), not used at inference
     raise ValueError(f"zoo: no random draw defined for weight {var.path!r} of {type(layer).__name__}")
 
 
@@ -40,6 +55,8 @@ def randomize_weights(model: keras.Model, seed: int) -> None:
         for var in layer.weights:
             var.assign(_redraw(layer, var, r))
             done.add(id(var))
+        if isinstance(layer, keras.layers.Normalization):
+            layer.finalize_state()      # call() reads tensors copied from its variables at build time
     missed = [v.path for v in model.weights if id(v) not in done]
     if missed:  # nested models would hide weights from model.layers; refuse rather than keep defaults
         raise ValueError(f"zoo: weights not randomized: {missed}")

@@ -1,0 +1,185 @@
+"""Peer runtimes side by side: one SavedModel signature under TF, ONNX Runtime and OpenVINO, timed in the same blocks.
+
+tools/bench.py asks one question per model: how fast is the original and how fast is our graph, under each runtime a
+CPU user could pick? All subjects run in one clean worker process (`python -m tensat_tf.peers`, one intra-op and one
+inter-op thread, TF_OVERRIDE_GLOBAL_THREADPOOL, as tensat_tf/profile.py's worker), on the same seeded inputs, in
+blocks of `runs` calls per subject with the order rotated from block to block; each subject's block medians come
+back, so any two subjects measured together give a paired decision (tensat_tf/speedup.py's compare()).
+
+OpenVINO reads a SavedModel directly (`openvino.convert_model(DIR)`: the serving_default signature) and runs with
+one inference thread and f32 precision: on CPUs with bf16 or AMX units it would otherwise compute in bf16 (measured
+here: 8e-2 max abs difference on the real_vit zoo model), which is not the same model. OpenVINO is an optional
+dependency (`pip install -e ".[bench]"`); openvino_missing() says so in one line.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from typing import Optional, Sequence
+
+BLOCKS, WARMUP = 12, 5
+BLOCK_SECONDS = 0.1     # calls per block: the slowest subject's share of one block takes about this (3 to 50 calls)
+MAX_RUNS = 50
+
+
+def openvino_missing() -> Optional[str]:
+    """None when OpenVINO can be imported, else the one line to show instead of its columns."""
+    try:
+        import openvino  # noqa: F401
+    except ImportError:
+        return 'OpenVINO is not installed (pip install -e ".[bench]", or pip install openvino==2026.4.1)'
+    return None
+
+
+def compile_openvino(saved_model_dir: str, threads: int = 1):
+    """The serving_default signature of a SavedModel, compiled by OpenVINO for the CPU (f32, `threads` threads;
+    0: OpenVINO's default)."""
+    import openvino as ov
+    config = {"INFERENCE_PRECISION_HINT": "f32"}
+    if threads:
+        config["INFERENCE_NUM_THREADS"] = threads
+    return ov.Core().compile_model(ov.convert_model(saved_model_dir), "CPU", config)
+
+
+def _openvino_call(compiled, feeds: dict):
+    """An argument-less callable running `compiled` on feeds (numpy, by input key)."""
+    names = [i.get_any_name() for i in compiled.inputs]
+    if len(names) == 1 and len(feeds) == 1:
+        args = list(feeds.values())
+    else:
+        missing = [n for n in names if n not in feeds]
+        if missing:
+            raise ValueError(f"OpenVINO inputs {names} do not match the signature's {sorted(feeds)}")
+        args = [feeds[n] for n in names]
+    request = compiled.create_infer_request()
+    return lambda: request.infer(args)
+
+
+def _ort_call(path: str, feeds: dict, threads: int):
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    so.intra_op_num_threads = so.inter_op_num_threads = threads
+    sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    names = {i.name for i in sess.get_inputs()}
+    np_feeds = {k: v for k, v in feeds.items() if k in names}
+    if set(np_feeds) != names:
+        raise ValueError(f"ONNX inputs {sorted(names)} do not match the signature's {sorted(feeds)}")
+    return lambda: sess.run(None, np_feeds)
+
+
+def _force(out) -> None:
+    for v in (out.values() if isinstance(out, dict) else out if isinstance(out, list) else [out]):
+        if hasattr(v, "numpy"):
+            v.numpy()
+
+
+def _ms(fn) -> float:
+    t = time.perf_counter()
+    _force(fn())
+    return (time.perf_counter() - t) * 1e3
+
+
+def time_blocks(fns: Sequence, blocks: int, runs: Optional[int], warmup: int) -> tuple[list, int]:
+    """-> (per subject: its block medians in ms, runs per block). The order of the subjects rotates each block."""
+    import numpy as np
+    slowest = 0.0
+    for fn in fns:
+        for _ in range(warmup):
+            _force(fn())
+        slowest = max(slowest, min(_ms(fn) for _ in range(3)))
+    if runs is None:
+        runs = max(3, min(MAX_RUNS, int(BLOCK_SECONDS * 1e3 / max(slowest, 1e-3))))
+    medians = [[] for _ in fns]
+    for b in range(blocks):
+        for j in range(len(fns)):
+            s = (j + b) % len(fns)
+            medians[s].append(round(float(np.median([_ms(fns[s]) for _ in range(runs)])), 5))
+    return medians, runs
+
+
+def worker(request: dict) -> dict:
+    import tensorflow as tf
+    threads = request.get("threads", 1)
+    tf.config.threading.set_intra_op_parallelism_threads(threads)
+    tf.config.threading.set_inter_op_parallelism_threads(threads)
+    from tensat_tf.io.load import TensorSpec
+    from tensat_tf.verify import random_inputs
+    sig_name, batch = request["signature"], request["batch_size"]
+    subjects, fns = [], []
+    feeds = None
+    for path in request.get("tf", []):
+        fn = tf.saved_model.load(path).signatures[sig_name]
+        if feeds is None:
+            specs = [TensorSpec(k, k, s.dtype, None if s.shape.rank is None else
+                                tuple(-1 if d is None else d for d in s.shape.as_list()))
+                     for k, s in sorted(fn.structured_input_signature[1].items())]
+            feeds = random_inputs(specs, batch, seed=0)
+        fns.append(lambda fn=fn: fn(**feeds))
+        subjects.append({"runtime": "tf", "path": path})
+    if feeds is None:
+        raise ValueError("the first subjects must include a SavedModel (it gives the inputs)")
+    np_feeds = {k: v.numpy() for k, v in feeds.items()}
+    # a peer runtime that cannot load or run a model (tf2onnx writes graphs ONNX Runtime rejects; OpenVINO lacks
+    # some TF ops) loses that subject only, with its one-line reason; the others are timed
+    timed = list(range(len(fns)))
+    for runtime, key, make in (("onnxruntime", "onnx", lambda p: _ort_call(p, np_feeds, threads)),
+                               ("openvino", "openvino", lambda p: _openvino_call(compile_openvino(p, threads),
+                                                                                 np_feeds))):
+        for path in request.get(key, []):
+            subject = {"runtime": runtime, "path": path}
+            subjects.append(subject)
+            try:
+                fn = make(path)
+                _force(fn())
+            except Exception as e:  # noqa: BLE001 - any failure of a peer runtime is reported, not raised
+                first = (str(e).strip().splitlines() or [""])[0]
+                subject["error"] = f"{type(e).__name__}: {first}"[:1000]
+                continue
+            fns.append(fn)
+            timed.append(len(subjects) - 1)
+    medians, runs = time_blocks(fns, request.get("blocks", BLOCKS), request.get("runs"),
+                                request.get("warmup", WARMUP))
+    import numpy as np
+    for i, m in zip(timed, medians):
+        subjects[i]["block_ms"] = m
+        subjects[i]["ms"] = round(float(np.median(m)), 5)
+    return {"signature": sig_name, "batch_size": batch, "threads": threads, "runs": runs,
+            "blocks": len(medians[0]), "subjects": subjects}
+
+
+class PeerError(RuntimeError):
+    pass
+
+
+def measure(tf_paths: Sequence[str], signature: str, batch_size: int = 1, onnx: Sequence[str] = (),
+            openvino: Sequence[str] = (), blocks: int = BLOCKS, runs: Optional[int] = None, threads: int = 1,
+            timeout_s: float = 900.0) -> dict:
+    """Time `signature` of each SavedModel in tf_paths under TF, each ONNX file under ONNX Runtime and each SavedModel
+    in `openvino` under OpenVINO, in the same blocks, in a fresh worker process.
+
+    -> {"signature", "batch_size", "threads", "runs", "blocks", "subjects": [{"runtime", "path", "block_ms", "ms"}]}
+    in the order tf_paths, onnx, openvino; "ms" is the median of the block medians. A peer subject that could not be
+    loaded or run has "error" (one line) instead of timings."""
+    request = {"tf": [os.path.abspath(p) for p in tf_paths], "onnx": [os.path.abspath(p) for p in onnx],
+               "openvino": [os.path.abspath(p) for p in openvino], "signature": signature,
+               "batch_size": batch_size, "blocks": blocks, "runs": runs, "threads": threads}
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    if threads == 1:
+        env["TF_OVERRIDE_GLOBAL_THREADPOOL"] = "1"
+    try:
+        proc = subprocess.run([sys.executable, "-m", "tensat_tf.peers"], input=json.dumps(request),
+                              capture_output=True, text=True, env=env, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        raise PeerError(f"timing {signature} took longer than {timeout_s:.0f} s") from None
+    if proc.returncode != 0:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        raise PeerError(f"timing {signature} failed: {tail[:200]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+if __name__ == "__main__":
+    print(json.dumps(worker(json.loads(sys.stdin.read()))))

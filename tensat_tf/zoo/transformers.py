@@ -1,0 +1,127 @@
+"""The real-exports suite's transformers, built from Keras 3 layers and exported with keras.export.ExportArchive.
+
+  real_encoder  token ids [batch, seq] -> Embedding + learned positions, 2 x (MultiHeadAttention, LayerNormalization,
+                Dense GELU FFN), post-norm as in BERT; output [batch, seq, 64]
+  real_decoder  token ids [batch, seq] -> Embedding, 2 x (RMSNormalization, causal grouped-query attention with
+                rotary embeddings (4 query heads, 2 key/value heads), RMSNormalization, SwiGLU FFN), pre-norm as in
+                Llama; output logits [batch, seq, 256]
+  real_vit      images [batch, 32, 32, 3] -> Conv2D 8x8 patchify, class token, position embeddings, 2 pre-norm
+                MultiHeadAttention blocks with GELU MLP, LayerNormalization, Dense head on the class token (10)
+
+Batch (and sequence, for the text models) are dynamic in the signature, as in a real export: the frozen graphs keep
+the Shape/StridedSlice/Pack plumbing that comes with them. Weights are redrawn from seeded generators
+(tensat_tf/zoo/_keras.py); keras is imported only when a model is built.
+"""
+MODELS = {
+    "real_encoder": "Keras 3 encoder, token ids [None, None]: 2 x (MultiHeadAttention + LayerNorm + GELU FFN), d 64",
+    "real_decoder": "Keras 3 decoder, token ids [None, None]: RMSNorm, RoPE, causal GQA (4q/2kv), SwiGLU, 2 layers",
+    "real_vit": "Keras 3 ViT 32x32x3, dynamic batch: Conv2D patchify 8x8, class token, 2 MultiHeadAttention blocks",
+}
+SEEDS = {"real_encoder": 1201, "real_decoder": 1202, "real_vit": 1203}
+VOCAB, D, HEADS, FFN, LAYERS = 256, 64, 4, 128, 2
+
+
+def encoder():
+    import keras
+    from keras import layers, ops
+    ids = keras.Input((None,), dtype="int32", name="token_ids")
+    x = layers.Embedding(VOCAB, D, name="token_embedding")(ids)
+    positions = layers.Lambda(lambda t: ops.arange(ops.shape(t)[1]), name="positions")(ids)
+    x = x + layers.Embedding(128, D, name="position_embedding")(positions)
+    x = layers.LayerNormalization(epsilon=1e-12, name="embedding_norm")(x)
+    for i in range(LAYERS):
+        a = layers.MultiHeadAttention(HEADS, D // HEADS, name=f"layer{i}_attention")(x, x)
+        x = layers.LayerNormalization(epsilon=1e-12, name=f"layer{i}_attention_norm")(x + a)
+        h = layers.Dense(FFN, activation="gelu", name=f"layer{i}_ffn_in")(x)
+        h = layers.Dense(D, name=f"layer{i}_ffn_out")(h)
+        x = layers.LayerNormalization(epsilon=1e-12, name=f"layer{i}_ffn_norm")(x + h)
+    return keras.Model(ids, x, name="real_encoder")
+
+
+def decoder():
+    import keras
+    from keras import layers
+    from tensat_tf.zoo._transformer_layers import CausalGroupedQueryAttention, silu
+    ids = keras.Input((None,), dtype="int32", name="token_ids")
+    x = layers.Embedding(VOCAB, D, name="token_embedding")(ids)
+    for i in range(LAYERS):
+        h = layers.RMSNormalization(name=f"layer{i}_attention_norm")(x)
+        x = x + CausalGroupedQueryAttention(HEADS, 2, D // HEADS, name=f"layer{i}_attention")(h)
+        h = layers.RMSNormalization(name=f"layer{i}_ffn_norm")(x)
+        gate = layers.EinsumDense("btd,df->btf", (None, FFN), name=f"layer{i}_ffn_gate")(h)
+        up = layers.EinsumDense("btd,df->btf", (None, FFN), name=f"layer{i}_ffn_up")(h)
+        h = layers.Lambda(lambda t: silu(t[0]) * t[1], name=f"layer{i}_swiglu")([gate, up])
+        x = x + layers.EinsumDense("btf,fd->btd", (None, D), name=f"layer{i}_ffn_down")(h)
+    x = layers.RMSNormalization(name="final_norm")(x)
+    logits = layers.Dense(VOCAB, use_bias=False, name="lm_head")(x)
+    return keras.Model(ids, logits, name="real_decoder")
+
+
+def vit():
+    import keras
+    from keras import layers
+    from tensat_tf.zoo._transformer_layers import ClassTokenAndPositions
+    images = keras.Input((32, 32, 3), name="image")
+    x = layers.Conv2D(D, 8, strides=8, name="patchify")(images)          # [batch, 4, 4, D]
+    x = layers.Reshape((16, D), name="patches")(x)
+    x = ClassTokenAndPositions(name="class_token_and_positions")(x)
+    for i in range(LAYERS):
+        h = layers.LayerNormalization(epsilon=1e-6, name=f"block{i}_attention_norm")(x)
+        x = x + layers.MultiHeadAttention(HEADS, D // HEADS, name=f"block{i}_attention")(h, h)
+        h = layers.LayerNormalization(epsilon=1e-6, name=f"block{i}_mlp_norm")(x)
+        h = layers.Dense(FFN, activation="gelu", name=f"block{i}_mlp_in")(h)
+        x = x + layers.Dense(D, name=f"block{i}_mlp_out")(h)
+    x = layers.LayerNormalization(epsilon=1e-6, name="final_norm")(x)
+    cls = layers.Lambda(lambda t: t[:, 0], name="class_token")(x)
+    return keras.Model(images, layers.Dense(10, name="head")(cls), name="real_vit")
+
+
+def _fix_einsum_fan_in(model, seed: int) -> None:
+    """Redraw EinsumDense kernels with their true fan-in (the contracted input axes only).
+
+    The generic redraw takes every kernel axis but the last as fan-in, which for a [d, heads, head_dim] projection
+    counts the heads too and shrinks the attention logits towards a uniform softmax.
+    """
+    import keras
+    from tensat_tf.zoo._common import he_normal, rng
+    r = rng(seed)
+    for layer in _all_layers(model):
+        if isinstance(layer, keras.layers.EinsumDense):
+            inputs, kernel = layer.equation.split("->")[0].split(",")
+            contracted = [i for i, c in enumerate(kernel) if c in inputs]
+            shape = tuple(layer.kernel.shape)
+            fan_in = 1
+            for i in contracted:
+                fan_in *= shape[i]
+            layer.kernel.assign(he_normal(r, shape, fan_in, gain=1.0))
+
+
+def _all_layers(layer):
+    yield layer
+    for sub in layer._flatten_layers(include_self=False, recursive=True):
+        yield sub
+
+
+def build(name: str, export_dir: str) -> None:
+    import keras
+    import tensorflow as tf
+
+    from tensat_tf.zoo import _keras
+    from tensat_tf.zoo._common import prepare_export_dir
+    model = {"real_encoder": encoder, "real_decoder": decoder, "real_vit": vit}[name]()
+    seed = SEEDS[name]
+    prepare_export_dir(export_dir)
+    _keras.randomize_weights(model, seed)
+    _fix_einsum_fan_in(model, seed + 1)
+    if name == "real_vit":
+        _keras.calibrate_head(model, (32, 32, 3), seed + 2)
+        spec = tf.TensorSpec((None, 32, 32, 3), tf.float32, name="image")
+    else:
+        spec = tf.TensorSpec((None, None), tf.int32, name="token_ids")
+    # An explicit input signature with dynamic batch and sequence; both endpoint names are the ones model.export()
+    # writes, so these exports look like any other Keras 3 export.
+    archive = keras.export.ExportArchive()
+    archive.track(model)
+    archive.add_endpoint("serve", model.call, input_signature=[spec])
+    archive.add_endpoint("serving_default", model.call, input_signature=[spec])
+    archive.write_out(export_dir, verbose=False)
