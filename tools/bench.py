@@ -94,8 +94,7 @@ def bench_model(name: str, engine, batch_sizes, tmp: str) -> dict:
     t = time.perf_counter()
     # the product's own conversion: with --profile, so a signature not faster keeps its original graph (what a user
     # gets), unless --noconvert_profile
-    rep = convert(src, out, Options(signatures=only, engine=engine, profile=FLAGS.convert_profile,
-                                    profile_batch_size=batch_sizes[0]))
+    rep = convert(src, out, Options(signatures=only, engine=engine, profile=FLAGS.convert_profile))
     seconds = time.perf_counter() - t
     convert(src, plain, Options(signatures=only, engine=EngineOptions(enable_rules=[])))
     row = {"model": name, "convert_s": round(seconds, 2), "timing_s": rep["timing_s"], "signatures": {}}
