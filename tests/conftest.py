@@ -29,3 +29,13 @@ def tree_digest(path: str) -> dict:
             with open(p, "rb") as fh:
                 out[os.path.relpath(p, path)] = (st.st_size, st.st_mtime_ns, hashlib.sha256(fh.read()).hexdigest())
     return out
+
+
+def run_graph(gd, item, feeds):
+    """Run a GraphDef's fetches (item.fetches) on feeds given in item.feeds order, in a TF1 session."""
+    import tensorflow as tf
+    g = tf.Graph()
+    with g.as_default():
+        tf.graph_util.import_graph_def(gd, name="")
+    with tf.compat.v1.Session(graph=g) as s:
+        return s.run(list(item.fetches), dict(zip(item.feeds, feeds)))

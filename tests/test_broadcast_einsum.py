@@ -13,6 +13,7 @@ from tensat_tf import einsum, rules
 from tensat_tf.cost import analytic
 from tensat_tf.egraph import emit, export, ingest, language
 from tensat_tf.item import GrapplerItem
+from conftest import run_graph
 
 RNG = np.random.RandomState(0)
 
@@ -21,14 +22,6 @@ def frozen(fn):
     cf = fn.get_concrete_function()
     ffn, gd = convert_to_constants.convert_variables_to_constants_v2_as_graph(cf, lower_control_flow=False)
     return gd, GrapplerItem(tuple(t.name for t in ffn.inputs), tuple(t.name for t in ffn.outputs))
-
-
-def run_graph(gd, item, feeds):
-    g = tf.Graph()
-    with g.as_default():
-        tf.graph_util.import_graph_def(gd, name="")
-    with tf.compat.v1.Session(graph=g) as s:
-        return s.run(list(item.fetches), dict(zip(item.feeds, feeds)))
 
 
 def loaded(gd, item):

@@ -9,6 +9,7 @@ from tensorflow.python.framework import convert_to_constants
 from tensat_tf.egraph import emit, export, ingest, language
 from tensat_tf.item import GrapplerItem
 from tensat_tf.passes import canonicalize
+from conftest import run_graph
 
 RNG = np.random.RandomState(0)
 W1 = tf.constant(RNG.randn(16, 32).astype("f"))
@@ -50,14 +51,6 @@ def roundtrip(gd, item):
     ingest.load(eg, ing)
     exp = export.export(eg, ing.roots)
     return ing, exp, emit.emit(ing, exp, emit.original_choice(ing, exp))
-
-
-def run_graph(gd, item, feeds):
-    g = tf.Graph()
-    with g.as_default():
-        tf.graph_util.import_graph_def(gd, name="")
-    with tf.compat.v1.Session(graph=g) as s:
-        return s.run(list(item.fetches), dict(zip(item.feeds, feeds)))
 
 
 def test_every_typed_op_round_trips_exactly():
