@@ -17,8 +17,9 @@ import json
 import os
 import subprocess
 import sys
-import time
 from typing import Optional, Sequence
+
+from tensat_tf import profile
 
 BLOCKS, WARMUP = 12, 5
 BLOCK_SECONDS = 0.1     # calls per block: the slowest subject's share of one block takes about this (3 to 50 calls)
@@ -59,11 +60,7 @@ def _openvino_call(compiled, feeds: dict):
 
 
 def _ort_call(path: str, feeds: dict, threads: int):
-    import onnxruntime as ort
-    so = ort.SessionOptions()
-    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-    so.intra_op_num_threads = so.inter_op_num_threads = threads
-    sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+    sess = profile.ort_session(path, threads)
     names = {i.name for i in sess.get_inputs()}
     np_feeds = {k: v for k, v in feeds.items() if k in names}
     if set(np_feeds) != names:
@@ -71,34 +68,16 @@ def _ort_call(path: str, feeds: dict, threads: int):
     return lambda: sess.run(None, np_feeds)
 
 
-def _force(out) -> None:
-    for v in (out.values() if isinstance(out, dict) else out if isinstance(out, list) else [out]):
-        if hasattr(v, "numpy"):
-            v.numpy()
-
-
-def _ms(fn) -> float:
-    t = time.perf_counter()
-    _force(fn())
-    return (time.perf_counter() - t) * 1e3
-
-
 def time_blocks(fns: Sequence, blocks: int, runs: Optional[int], warmup: int) -> tuple[list, int]:
-    """-> (per subject: its block medians in ms, runs per block). The order of the subjects rotates each block."""
-    import numpy as np
-    slowest = 0.0
-    for fn in fns:
-        for _ in range(warmup):
-            _force(fn())
-        slowest = max(slowest, min(_ms(fn) for _ in range(3)))
+    """-> (per subject: its block medians in ms, runs per block). The order of the subjects rotates each block
+    (tensat_tf/profile.py's Timings, as convert's own decision measures)."""
+    slowest = profile.warm(fns, warmup, probes=3)
     if runs is None:
         runs = max(3, min(MAX_RUNS, int(BLOCK_SECONDS * 1e3 / max(slowest, 1e-3))))
-    medians = [[] for _ in fns]
+    timings = profile.Timings(len(fns))
     for b in range(blocks):
-        for j in range(len(fns)):
-            s = (j + b) % len(fns)
-            medians[s].append(round(float(np.median([_ms(fns[s]) for _ in range(runs)])), 5))
-    return medians, runs
+        timings.block(fns, runs, b)
+    return [[round(x, 5) for x in m] for m in timings.medians], runs
 
 
 def worker(request: dict) -> dict:
@@ -134,7 +113,7 @@ def worker(request: dict) -> dict:
             subjects.append(subject)
             try:
                 fn = make(path)
-                _force(fn())
+                profile.force(fn())
             except Exception as e:  # noqa: BLE001 - any failure of a peer runtime is reported, not raised
                 first = (str(e).strip().splitlines() or [""])[0]
                 subject["error"] = f"{type(e).__name__}: {first}"[:1000]

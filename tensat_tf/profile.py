@@ -73,19 +73,19 @@ def _percentile(xs, q):
     return xs[min(len(xs) - 1, int(q * (len(xs) - 1) + 0.5))]
 
 
-def _force(out) -> None:
+def force(out) -> None:
     for v in (out.values() if isinstance(out, dict) else out if isinstance(out, list) else [out]):
         if hasattr(v, "numpy"):
             v.numpy()
 
 
-def _call_ms(fn) -> float:
+def call_ms(fn) -> float:
     t = time.perf_counter()
-    _force(fn())
+    force(fn())
     return (time.perf_counter() - t) * 1e3
 
 
-class _Timings:
+class Timings:
     """Per subject: the median of each block and every call's time."""
 
     def __init__(self, n: int):
@@ -98,7 +98,7 @@ class _Timings:
         k = len(fns)
         for j in range(k):
             s = (j + index) % k                 # rotate the order: no subject always runs first
-            times = [_call_ms(fns[s]) for _ in range(runs)]
+            times = [call_ms(fns[s]) for _ in range(runs)]
             self.calls[s] += times
             self.medians[s].append(float(np.median(times)))
 
@@ -107,26 +107,37 @@ class _Timings:
                 for m, c in zip(self.medians, self.calls)]
 
 
-def _warm(fns: list, warmup: int) -> float:
-    """Warm every subject up; -> the slowest subject's fastest call after warm-up (ms)."""
+def warm(fns: list, warmup: int, probes: int = 5) -> float:
+    """Warm every subject up; -> the slowest subject's fastest of `probes` calls after warm-up (ms)."""
     slowest = 0.0
     for fn in fns:
         for _ in range(warmup):
-            _force(fn())
-        slowest = max(slowest, min(_call_ms(fn) for _ in range(5)))   # min: a busy machine inflates the rest
+            force(fn())
+        slowest = max(slowest, min(call_ms(fn) for _ in range(probes)))   # min: a busy machine inflates the rest
     return slowest
 
 
 def _measure(fns: list, blocks: int, runs, warmup: int) -> list[Latency]:
     for fn in fns:
         for _ in range(warmup):
-            _force(fn())
+            force(fn())
     if runs is None:
-        runs = max(3, min(RUNS, int(BLOCK_SECONDS * 1e3 / max(_call_ms(fns[0]), 1e-3))))
-    timings = _Timings(len(fns))
+        runs = max(3, min(RUNS, int(BLOCK_SECONDS * 1e3 / max(call_ms(fns[0]), 1e-3))))
+    timings = Timings(len(fns))
     for i in range(blocks):
         timings.block(fns, runs, i)
     return timings.latencies()
+
+
+def ort_session(path: str, threads: int):
+    """An ONNX Runtime CPU session of `path`, all graph optimizations on, `threads` intra- and inter-op threads
+    (0: ONNX Runtime's defaults)."""
+    import onnxruntime as ort
+    so = ort.SessionOptions()
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+    if threads:
+        so.intra_op_num_threads = so.inter_op_num_threads = threads
+    return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
 
 
 def _set_threads(threads: int) -> None:
@@ -154,12 +165,7 @@ def _subjects(request: dict, threads: int):
              for k, s in sorted(spec_fn.structured_input_signature[1].items())]
     sessions = []
     for path in request.get("onnx") or []:
-        import onnxruntime as ort
-        so = ort.SessionOptions()
-        so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        if threads:
-            so.intra_op_num_threads = so.inter_op_num_threads = threads
-        sess = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+        sess = ort_session(path, threads)
         names = {i.name for i in sess.get_inputs()}
         if not names <= {s.key for s in specs}:
             raise ValueError(f"ONNX inputs {sorted(names)} do not match the signature's {[s.key for s in specs]}")
@@ -187,9 +193,9 @@ def _decide(request: dict, feeds_for, subjects) -> dict:
     state = {}
     for b in batches:
         fns = subjects(feeds_for(b))
-        slowest = _warm(fns, request.get("warmup", WARMUP))
+        slowest = warm(fns, request.get("warmup", WARMUP))
         runs = request.get("runs") or max(3, min(DECIDE_RUNS, int(DECIDE_BLOCK_SECONDS * 1e3 / max(slowest, 1e-3))))
-        state[b] = (fns, runs, _Timings(len(fns)))
+        state[b] = (fns, runs, Timings(len(fns)))
     t0 = time.perf_counter()
     deadline = t0 + cmp["seconds"]
     n, stopped = 0, "looks"
@@ -253,7 +259,7 @@ def worker(request: dict) -> dict:
         for fn in tf_fns:
             xfn = tf.function(lambda fn=fn, **kw: fn(**kw), jit_compile=True)
             t = time.perf_counter()
-            _force(xfn(**feeds))
+            force(xfn(**feeds))
             compile_s.append(time.perf_counter() - t)
             xcalls.append(lambda xfn=xfn: xfn(**feeds))
         lat = _measure(xcalls, blocks, runs, 2)
