@@ -12,6 +12,7 @@ from tensat_tf.egraph.saturate import Budget, StopReason, saturate
 from tensat_tf.io import load
 from tensat_tf.passes import canonicalize
 from tensat_tf.passes.tensat import EngineOptions
+from conftest import run_graph
 
 
 def canonical(name):
@@ -182,13 +183,7 @@ def test_fused_batchnorm_folds_into_the_conv():
     assert "FusedBatchNormV3" not in ops_after and "Mul" not in ops_after, ops_after
     assert p.stats.rules_applied.get("F17-fused-batchnorm-inference")
     data = rng.normal(size=(2, 8, 8, 3)).astype(np.float32)
-    results = []
-    for graph_def in (gd, out):
-        gg = tf.Graph()
-        with gg.as_default():
-            tf.graph_util.import_graph_def(graph_def, name="")
-        with tf.compat.v1.Session(graph=gg) as sess:
-            results.append(sess.run("out:0", {"x:0": data}))
+    results = [run_graph(graph_def, item, [data])[0] for graph_def in (gd, out)]
     assert np.max(np.abs(results[0] - results[1])) <= 1e-5 * np.max(np.abs(results[0]))
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from conftest import run_graph
 
 from tensat_tf.cost import analytic, fusion
 from tensat_tf.cost.analytic import CPU, GPU
@@ -140,13 +141,7 @@ def test_pass_prices_the_folded_conv_bias_relu_as_one_kernel_and_verifies(monkey
     assert ex_plain["cost_after"] - ex["cost_after"] > 2 * CPU.op_overhead_us * 1e-3
     assert {n.op for n in out.node} & {"BiasAdd", "AddV2"}
     data = rng.normal(size=(2, 8, 8, 3)).astype(np.float32)
-    results = []
-    for graph_def in (gd, out):
-        gg = tf.Graph()
-        with gg.as_default():
-            tf.graph_util.import_graph_def(graph_def, name="")
-        with tf.compat.v1.Session(graph=gg) as sess:
-            results.append(sess.run("out:0", {"x:0": data}))
+    results = [run_graph(graph_def, item, [data])[0] for graph_def in (gd, out)]
     np.testing.assert_allclose(results[0], results[1], rtol=1e-4, atol=1e-5)
 
 
