@@ -49,6 +49,12 @@ def _num(x) -> str:
     return "inf" if x is None else f"{x:.3f}"
 
 
+def _decision_text(d: dict, interval: str) -> str:
+    """One never-slower decision (tensat_tf/speedup.py Decision.to_json) as the table shows it."""
+    return (f"median ratio {_num(d['ratio'])}x, {interval} [{_num(d['low'])}, {_num(d['high'])}] over "
+            f"{d['blocks']} blocks: {d['verdict']}")
+
+
 def _table(report: dict) -> str:
     lines = []
     for name, s in report["signatures"].items():
@@ -65,9 +71,8 @@ def _table(report: dict) -> str:
         for x in prof.get("settings", []):
             d = x["decision"]
             lines.append(f"  latency ({prof['device']}, batch {x['batch_size']}, threads {x['threads']}): "
-                         f"{x['original']['ms']:.4f} -> {x['candidate']['ms']:.4f} ms (best block); median ratio "
-                         f"{_num(d['ratio'])}x, {100 * d['level']:.2f}% interval [{_num(d['low'])}, "
-                         f"{_num(d['high'])}] over {d['blocks']} blocks: {d['verdict']}")
+                         f"{x['original']['ms']:.4f} -> {x['candidate']['ms']:.4f} ms (best block); "
+                         + _decision_text(d, f"{100 * d['level']:.2f}% interval"))
         if prof:
             lines.append(f"  published: the {prof.get('published', 'optimized')} graph"
                          + (f" ({prof['reason']})" if prof.get("reason") else "")
@@ -96,9 +101,8 @@ def _table(report: dict) -> str:
         for x in prof.get("settings", []):
             d = x["decision"]
             lines.append(f"  onnxruntime (batch {x['batch_size']}, threads {x['threads']}): tf2onnx of the original "
-                         f"{x['original']['ms']:.4f} -> ours {x['candidate']['ms']:.4f} ms (best block); median ratio "
-                         f"{_num(d['ratio'])}x, interval [{_num(d['low'])}, {_num(d['high'])}] over {d['blocks']} "
-                         f"blocks: {d['verdict']}")
+                         f"{x['original']['ms']:.4f} -> ours {x['candidate']['ms']:.4f} ms (best block); "
+                         + _decision_text(d, "interval"))
         if prof:
             lines.append(f"  written: the {'optimized graph' if prof['published'] == 'optimized' else 'original'}'s "
                          f"conversion ({prof.get('reason', '')})")
