@@ -40,7 +40,6 @@ class Options:
     profile_threads: Sequence[int] = (1, 0)     # 1: one intra-op + one inter-op thread; 0: TF's default pools
     profile_seconds: float = 8.0        # measuring time per signature (tensat_tf/profile.py decide)
     profile_margin: float = 0.02        # "faster" needs the interval's low end above 1 + margin (speedup.py)
-    profile_batch_size: Optional[int] = None    # older single-size form (tools/bench.py): profile_batch_sizes wins
     # deployment extras (tensat_tf/serving.py, tensat_tf/onnx_export.py), written and checked before publishing
     warmup: bool = False                # assets.extra/tf_serving_warmup_requests, replayed through the TF1 loader
     warmup_model_name: str = "model"    # model_spec.name of the warm-up requests
@@ -85,8 +84,6 @@ def _write_and_verify(staged, model, graphs, path, options, report, lap, t):
 def profile_batch_sizes(options: Options) -> list[int]:
     if options.profile_batch_sizes:
         return sorted(set(int(b) for b in options.profile_batch_sizes))
-    if options.profile_batch_size:
-        return [int(options.profile_batch_size)]
     return sorted({1, *(int(b) for b in options.verify_batch_sizes)})
 
 

@@ -63,10 +63,6 @@ class Latency:
         return {k: (round(v, 5) if isinstance(v, float) else v) for k, v in dataclasses.asdict(self).items()}
 
 
-def latency(d: dict) -> Latency:
-    return Latency(d["ms"], d["p10"], d["p90"], d["block_medians"], d.get("compile_s"))
-
-
 # ------------------------------------------------------------------ worker side (fresh process)
 def _percentile(xs, q):
     xs = sorted(xs)

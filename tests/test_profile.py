@@ -36,7 +36,6 @@ def test_measure(zoo_cache):
 def test_profile_batch_sizes_default_to_one_and_the_verification_sizes():
     assert profile_batch_sizes(Options(verify_batch_sizes=(4, 2))) == [1, 2, 4]
     assert profile_batch_sizes(Options(profile_batch_sizes=(8,))) == [8]
-    assert profile_batch_sizes(Options(profile_batch_size=3)) == [3]
 
 
 def _fake_decide(keep: bool):
