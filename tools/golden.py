@@ -1,0 +1,109 @@
+"""Record (or check) the bytes `convert --noprofile` writes for each zoo model: the reference a refactor is held to.
+
+    python tools/golden.py --out=tests/data/golden_noprofile.json          # record, at the revision to be kept
+    python tools/golden.py --check=tests/data/golden_noprofile.json        # compare the working tree against it
+
+A model is recorded only when its conversion did not stop on wall-clock time: no signature's saturation stopped on its
+time budget and every extraction ended optimal, not at a time limit. Others are listed under "skipped" with the
+reason, so the file says what it does not cover. (A `no_gain` stop is recorded: its probe's ILP is limited to
+probe_seconds, which the small recorded models never reach.) tests/test_golden.py checks the recorded models in CI.
+"""
+import argparse
+import hashlib
+import json
+import os
+import platform
+import sys
+import tempfile
+
+from tensat_tf import zoo
+from tensat_tf.convert import Options, convert
+
+# the stop reason whose outcome depends on how fast the machine is (tensat_tf/egraph/saturate.py StopReason)
+TIMED_STOPS = {"time_limit"}
+
+
+def environment() -> dict:
+    """What the bytes depend on besides the code: a reference recorded elsewhere is not comparable."""
+    import egglog
+    import pulp
+    import tensorflow as tf
+    return {"tensorflow": tf.__version__, "egglog": egglog.__version__ if hasattr(egglog, "__version__") else
+            _dist_version("egglog"), "pulp": _dist_version("pulp"), "machine": platform.machine(),
+            "python": platform.python_version_tuple()[0] + "." + platform.python_version_tuple()[1]}
+
+
+def _dist_version(name: str) -> str:
+    from importlib.metadata import version
+    return version(name)
+
+
+def digests(path: str) -> dict[str, str]:
+    """relative path -> sha256 of every file under path, sorted."""
+    out = {}
+    for root, dirs, names in os.walk(path):
+        dirs.sort()
+        for name in sorted(names):
+            p = os.path.join(root, name)
+            with open(p, "rb") as f:
+                out[os.path.relpath(p, path)] = hashlib.sha256(f.read()).hexdigest()
+    return dict(sorted(out.items()))
+
+
+def timing_dependence(report: dict) -> str | None:
+    """Why this conversion's output could depend on the machine's speed, or None."""
+    for name, sig in sorted(report["signatures"].items()):
+        eg, ex = sig.get("egraph") or {}, sig.get("extraction") or {}
+        if eg.get("stop_reason") in TIMED_STOPS:
+            return f"{name}: saturation stopped on {eg['stop_reason']}"
+        if ex and ex.get("status", "optimal") != "optimal":
+            return f"{name}: extraction ended {ex.get('status')}"
+    return None
+
+
+def record_one(name: str) -> tuple[dict | None, str | None]:
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "out")
+        report = convert(f"zoo:{name}", out, Options(profile=False))
+        why = timing_dependence(report)
+        return (None, why) if why else (digests(out), None)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", help="write the reference here")
+    ap.add_argument("--check", help="compare against this reference")
+    ap.add_argument("--models", default=",".join(zoo.NAMES), help="comma-separated zoo names")
+    args = ap.parse_args(argv)
+    if bool(args.out) == bool(args.check):
+        ap.error("give exactly one of --out and --check")
+    names = [n for n in args.models.split(",") if n]
+    if args.out:
+        ref = {"environment": environment(), "models": {}, "skipped": {}}
+        for name in names:
+            files, why = record_one(name)
+            if files is None:
+                ref["skipped"][name] = why
+            else:
+                ref["models"][name] = files
+            print(name, "skipped: " + why if why else "recorded", flush=True)
+        with open(args.out, "w") as f:
+            json.dump(ref, f, indent=1, sort_keys=True)
+            f.write("\n")
+        return 0
+    with open(args.check) as f:
+        ref = json.load(f)
+    if ref["environment"] != environment():
+        print(f"reference recorded under {ref['environment']}, this is {environment()}: not comparable")
+        return 2
+    bad = 0
+    for name in [n for n in names if n in ref["models"]]:
+        files, why = record_one(name)
+        same = files == ref["models"][name]
+        bad += not same
+        print(name, "same" if same else f"DIFFERENT ({why or 'bytes'})", flush=True)
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
