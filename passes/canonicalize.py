@@ -1,8 +1,8 @@
 """Canonicalize: Grappler's own cleanup passes, run offline before the e-graph is built.
 
 pruning, constfold, arithmetic, dependency and common_subgraph_elimination remove 43-77 % of the nodes of frozen
-Keras graphs (Identity, Const and shape noise; research/tf.md §6). remap and layout are NOT run: they emit internal
-`_Fused*` ops and layout changes that must never reach the output SavedModel.
+Keras graphs (Identity, Const and shape noise; measured on frozen keras.applications models). remap and layout are
+NOT run: they emit internal `_Fused*` ops and layout changes that must never reach the output SavedModel.
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ run before the e-graph pass).
 
 Keras exports with a dynamic batch or sequence compute every Reshape target at run time: `Shape -> GatherV2 -> Prod ->
 Pack` for a Dense layer's flatten, `Shape -> StridedSlice -> Pack` for a split into heads, 30-60 nodes in a 250-node
-transformer, each paying TF's per-node overhead (research/real-exports.md). With symbolic shapes
+transformer, each paying TF's per-node overhead (at batch 1 most of a small transformer's time). With symbolic shapes
 (tensat_tf/symbolic.py) their values are known up to the input's unknown dims, and:
 
   1. an integer tensor whose value is fully concrete becomes a Const (Grappler's constfold misses the ones that go

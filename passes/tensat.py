@@ -1,52 +1,34 @@
 """The e-graph pass: GraphDef -> egglog terms -> saturate -> export -> cycle filter -> cost -> extract -> GraphDef.
 
-Grappler's contract: `optimize(graph_def, item) -> graph_def`; feeds, fetches and preserved nodes stay (they are
-opaque roots of the e-graph). The pass never returns something worse than its input by its own cost model: when the
-extracted graph's predicted cost is not below the original's, or extraction finds nothing, it returns the input
-graph unchanged (and says why in its stats).
+Grappler's contract: `TensatPass(options).optimize(graph_def, item) -> graph_def`; feeds, fetches and preserved
+nodes stay (they are opaque roots of the e-graph). The pass never returns something worse than its input by its own
+cost model: when the extracted graph's predicted cost is not below the original's, or extraction finds nothing, it
+returns the input graph unchanged (and says why in its stats).
 """
 from __future__ import annotations
 
 import dataclasses
 import time
 from collections import Counter
-from typing import Optional, Sequence
+from typing import Optional
 
 from tensat_tf import cost as cost_mod
 from tensat_tf import rules as rules_mod
+from tensat_tf import terms
 from tensat_tf.egraph import cycles
 from tensat_tf.egraph import emit as emit_mod
 from tensat_tf.egraph import export as export_mod
 from tensat_tf.egraph import ingest as ingest_mod
 from tensat_tf.egraph import language
 from tensat_tf.egraph.data import EGraphData
-from tensat_tf.egraph.saturate import Budget, StopReason, saturate
+from tensat_tf.egraph.saturate import StopReason, saturate
 from tensat_tf.extract import NoExtraction, dag, extract
 from tensat_tf.item import GrapplerItem
+from tensat_tf.options import EngineOptions
 from tensat_tf.rules.compile import constructor_sorts
 from tensat_tf.rules.syntax import is_var
 
-NAME = name = "tensat"
-
-
-@dataclasses.dataclass(frozen=True)
-class EngineOptions:
-    enable_rules: Optional[Sequence[str]] = None       # names or families; None: rules.DEFAULT_FAMILIES
-    disable_rules: Sequence[str] = ()
-    rules_files: Sequence[str] = ()
-    budget: Budget = Budget()
-    method: str = "ilp"                                # ilp | greedy
-    ilp_seconds: float = 10.0
-    # saturation stops when an extraction of the e-graph after each iteration, limited to this many seconds, has not
-    # improved for budget.patience iterations (see egraph/saturate.py); 0: no probe
-    probe_seconds: float = 1.0
-    solver: str = "auto"
-    cost_model: str = "analytic"                       # analytic | measured
-    batch_size: int = 1
-    min_gain: float = 0.0                              # relative predicted gain needed to take the rewritten graph
-    # > 1 multiplies the cost of every original e-node, so extraction takes rewritten forms wherever the e-graph has
-    # them: a soundness check of the rules on a real model (verification must still pass), not an optimization
-    original_cost_factor: float = 1.0
+NAME = "tensat"
 
 
 @dataclasses.dataclass
@@ -86,7 +68,7 @@ def _matches(g: EGraphData, choice: dict, pattern, c: int, depth: int = 4) -> bo
     lits = iter(n.payload or ())
     kids = iter(n.children)
     for arg, sort in zip(pattern[1:], sorts):
-        if sort in ("Tensor", "TTuple", "TList"):
+        if terms.is_term_sort(sort):
             if not _matches(g, choice, arg, next(kids), depth - 1):
                 return False
         else:
@@ -183,10 +165,11 @@ class TensatPass:
         lap("cost")
         cost_before = dag.dag_cost(g, orig_choice)
         ex = {"method": o.method, "cost_before": round(cost_before, 6)}
-        if sat.stop_reason == StopReason.NO_RULES:
+        if sat.stop_reason in (StopReason.NO_RULES, StopReason.ERROR):
             ex.update(method="original", status="optimal", cost_after=ex["cost_before"])
             stats.extraction = ex
-            stats.kept_input = "no rules"
+            # an egglog error not caused by one rule: the e-graph is not trusted (see egraph/saturate.py)
+            stats.kept_input = "no rules" if sat.stop_reason == StopReason.NO_RULES else f"egglog error: {sat.error}"
             return graph_def
         self.progress(f"extracting from {g.num_nodes} e-nodes ({o.method}, at most {o.ilp_seconds:g} s)")
         try:
@@ -200,7 +183,7 @@ class TensatPass:
                   gap=res.gap, solver=res.solver, seconds=round(res.seconds, 4), acyclic=res.acyclic)
         stats.extraction = ex
         lap("extract")
-        if not res.dag_cost < cost_before * (1.0 - o.min_gain):
+        if not res.dag_cost < cost_before:
             stats.kept_input = "extracted graph is not predicted faster"
             ex["cost_after"] = ex["cost_before"]
             return graph_def
@@ -208,7 +191,3 @@ class TensatPass:
         out = emit_mod.emit(ing, exp, res.choice)
         lap("emit")
         return out
-
-
-def optimize(graph_def, item: GrapplerItem):
-    return TensatPass().optimize(graph_def, item)

@@ -2,7 +2,7 @@
 
     from tensat_tf import rules
     rs = rules.select(enable=["tensat", "tf-fold"], disable=["S024"], extra_files=["my.rules"])
-    rs.rules, rs.excluded, rs.program()
+    rs.rules, rs.excluded, rs.names
 
 `enable`/`disable` take rule names or family names. Rule files are read in sorted file order, so the rule order (and
 with it every later tie-break) is deterministic.
@@ -39,10 +39,6 @@ class RuleSet:
             if r.name == name:
                 return r
         raise KeyError(name)
-
-    def program(self) -> str:
-        """egglog text declaring one ruleset per rule."""
-        return "\n".join(compile_rule(r) for r in self.rules)
 
 
 def read_file(path: str) -> tuple[str, list[Rule], list[Excluded]]:

@@ -21,20 +21,11 @@ every rule, so a symbol (or -1) never becomes a literal; a `(shape ?x)` used so 
 """
 from __future__ import annotations
 
-from tensat_tf import ops
+from tensat_tf import terms
 from tensat_tf.rules.syntax import Rule, RuleSyntaxError, Sexp, is_var, to_text, variables
 
-# Argument sorts of the structural constructors (see tensat_tf.egraph.language).
-_STRUCTURAL_SORTS = {
-    "Input": ["String"], "Weight": ["i64"], "FConst": ["f64"], "Op": ["String", "TList"], "Out": ["TTuple", "i64"],
-    "Ctl": ["TTuple"], "TNil": [], "TCons": ["Tensor", "TList"],
-}
-
-
-def constructor_sorts(name: str) -> list[str] | None:
-    if name in ops.BY_TERM:
-        return ops.BY_TERM[name].arg_sorts
-    return _STRUCTURAL_SORTS.get(name)
+# Argument sorts of a constructor (typed or structural), None for any other head: the term language's declaration.
+constructor_sorts = terms.arg_sorts
 
 
 def ruleset_name(rule_name: str) -> str:
@@ -87,7 +78,7 @@ class _Ctx:
         return "v_" + var[1:]
 
     def s(self, var: str) -> str:
-        if self.sorts.get(var) != "Tensor":
+        if self.sorts.get(var) != terms.TENSOR:
             raise RuleSyntaxError(f"{self.rule.origin}: {var} is not a tensor variable of the left side")
         return "s_" + var[1:]
 
@@ -168,7 +159,7 @@ def compile_rule(rule: Rule) -> str:
     for a in range(len(roots)):
         for b in range(a + 1, len(roots)):
             facts.append(f"(!= {roots[a]} {roots[b]})")
-    facts += [f"(= {ctx.s(v)} (shape {ctx.v(v)}))" for v, s in sorts.items() if s == "Tensor"]
+    facts += [f"(= {ctx.s(v)} (shape {ctx.v(v)}))" for v, s in sorts.items() if s == terms.TENSOR]
     facts += [ctx.fact(g) for g in rule.guards]
     facts += _concreteness_guards(rule, ctx)
     actions = [f"(union {r} {ctx.expr(dst)})" for r, dst in zip(roots, rule.targets)]

@@ -20,7 +20,7 @@ from typing import Optional
 import numpy as np
 import tensorflow as tf
 
-from tensat_tf import ops
+from tensat_tf import ops, terms
 from tensat_tf.egraph import language as L
 from tensat_tf.egraph import nodedef
 from tensat_tf.rules.compile import compile_rule, constructor_sorts, ruleset_name, var_sorts
@@ -90,7 +90,7 @@ def instantiate(e, sorts: dict, shapes: dict, lits: dict):
     arg_sorts = constructor_sorts(head)
     out_lits, kids = [], []
     for arg, s in zip(e[1:], arg_sorts):
-        if s in ("Tensor", "TTuple", "TList"):
+        if terms.is_term_sort(s):
             kids.append(instantiate(arg, sorts, shapes, lits))
         else:
             out_lits.append(eval_expr(arg, shapes, lits))
@@ -114,7 +114,7 @@ def egglog_text(t) -> str:
         return f"$V_{t.var[1:]}_"
     sorts = constructor_sorts(t.head)
     lit_it, kid_it = iter(t.lits), iter(t.kids)
-    args = [egglog_text(next(kid_it)) if s in ("Tensor", "TTuple", "TList") else _lit_text(next(lit_it))
+    args = [egglog_text(next(kid_it)) if terms.is_term_sort(s) else _lit_text(next(lit_it))
             for s in sorts]
     return f"({t.head}{''.join(' ' + a for a in args)})"
 

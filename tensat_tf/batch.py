@@ -28,6 +28,8 @@ from multiprocessing import connection
 from typing import Callable, Optional, Sequence
 
 from tensat_tf import errors
+from tensat_tf import report as report_file
+from tensat_tf.options import Options
 
 OK, SKIPPED, FAILED, TIMEOUT, MEMORY, CRASHED = "ok", "skipped", "failed", "timeout", "memory", "crashed"
 GOOD = (OK, SKIPPED)
@@ -39,10 +41,6 @@ class Job:
     src: str            # SavedModel folder or zoo:NAME
     output_dir: str
     report: str
-
-
-def report_path(output_dir: str) -> str:
-    return os.path.abspath(output_dir).rstrip("/") + ".report.json"
 
 
 def _fixed_prefix(pattern: str) -> str:
@@ -82,7 +80,7 @@ def discover(patterns: Sequence[str], output_root: str) -> list[Job]:
                 raise errors.BadInput(f"two inputs map to the same output name {name!r}: {seen[name]} and {src}")
             seen[name] = src
             out = os.path.join(output_root, name)
-            jobs.append(Job(name, src, out, report_path(out)))
+            jobs.append(Job(name, src, out, report_file.default_path(out)))
     if not jobs:
         raise errors.MissingPath("--input_glob matched no model folder: " + " ".join(patterns))
     return jobs
@@ -112,8 +110,9 @@ def speedups(report: dict) -> tuple[Optional[float], Optional[float]]:
 
 
 # -- the worker (runs in the spawned child) ----------------------------------------------------------------------------
-def _worker(job: dict, flag_values: dict, memory_mb: int, threads: int, conn) -> None:
-    """Convert one model with the parent's flags; send one result dict; exit without interpreter teardown."""
+def _worker(job: dict, options: dict, memory_mb: int, threads: int, verbosity: Optional[int], conn) -> None:
+    """Convert one model with the parent's options (Options.to_json); send one result dict; exit without
+    interpreter teardown."""
     try:
         os.setpgrp()            # the parent kills this process group: solver and profiling subprocesses too
     except OSError:
@@ -124,7 +123,7 @@ def _worker(job: dict, flag_values: dict, memory_mb: int, threads: int, conn) ->
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     t0 = time.perf_counter()
     try:
-        result = _convert_one(job, flag_values, threads)
+        result = _convert_one(job, options, threads, verbosity)
     except errors.TensatError as e:
         result = {"status": FAILED, "exit_code": e.exit_code, "error": str(e)}
     except MemoryError:
@@ -148,29 +147,21 @@ def _looks_like_memory(message: str) -> bool:
                                 "resource_exhausted", "oom"))
 
 
-def _convert_one(job: dict, flag_values: dict, threads: int) -> dict:
+def _convert_one(job: dict, options: dict, threads: int, verbosity: Optional[int]) -> dict:
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     from absl import flags, logging
-
-    import tensat_tf.cli.main  # noqa: F401  (defines every flag)
-    fl = flags.FLAGS
-    fl(["tensat_tf"])
-    for name, value in flag_values.items():
-        if name in fl:
-            fl[name].value = value
-            fl[name].present = 1
-    fl["overwrite"].value = True      # an output without its report is a leftover of an interrupted run: replace it
-    if "verbosity" not in flag_values:
-        logging.set_verbosity(logging.WARNING)
+    # no command line here: marked parsed, absl logging handles records as in the parent instead of announcing
+    # "Logging before flag parsing goes to stderr"
+    flags.FLAGS.mark_as_parsed()
+    logging.set_verbosity(logging.WARNING if verbosity is None else verbosity)
     import tensorflow as tf
     if threads:
         tf.config.threading.set_intra_op_parallelism_threads(threads)
         tf.config.threading.set_inter_op_parallelism_threads(threads)
-    from tensat_tf.cli import convert_cmd, deploy_flags
     from tensat_tf.convert import convert
-    options = convert_cmd.options_from_flags(**deploy_flags.options(job["output_dir"], False, None))
-    report = convert(job["src"], job["output_dir"], options)
-    convert_cmd.write_report(report, job["report"])
+    # an output without its report is a leftover of an interrupted run (see finished()): replace it
+    report = convert(job["src"], job["output_dir"], dataclasses.replace(Options.from_json(options), overwrite=True))
+    report_file.write(report, job["report"])
     speed, predicted = speedups(report)
     return {"status": OK, "speedup": speed, "predicted_speedup": predicted}
 
@@ -214,10 +205,14 @@ def _skipped(job: Job) -> dict:
     return _line(job, SKIPPED, 0.0, speedup=speed, predicted_speedup=predicted)
 
 
-def run(jobs: Sequence[Job], flag_values: dict, n_jobs: int = 1, timeout_s: Optional[float] = None,
+def run(jobs: Sequence[Job], options: Options, n_jobs: int = 1, timeout_s: Optional[float] = None,
         memory_mb: int = 0, on_result: Callable[[dict], None] = lambda line: None, progress=None,
-        threads: Optional[int] = None) -> list[dict]:
-    """Convert every job (finished ones are skipped); -> one result dict per job, in job order."""
+        threads: Optional[int] = None, verbosity: Optional[int] = None) -> list[dict]:
+    """Convert every job with `options` (checked by the caller; output_dir and overwrite are each job's, the warm-up
+    requests are named after the output folder unless options.warmup_model_name says otherwise); finished ones are
+    skipped. verbosity: the workers' absl logging verbosity (None: WARNING, TF's INFO chatter is not for users).
+    -> one result dict per job, in job order."""
+    options_data = options.to_json()      # what the workers get: plain data (progress, a callable, stays here)
     ctx = mp.get_context("spawn")
     n_jobs = max(1, n_jobs)
     if threads is None:
@@ -249,8 +244,9 @@ def run(jobs: Sequence[Job], flag_values: dict, n_jobs: int = 1, timeout_s: Opti
                 if os.path.dirname(job.output_dir):
                     os.makedirs(os.path.dirname(job.output_dir), exist_ok=True)
                 recv, send = ctx.Pipe(duplex=False)
-                proc = ctx.Process(target=_worker, args=(dataclasses.asdict(job), flag_values, memory_mb, threads,
-                                                         send), name=f"tensat_tf-batch[{job.name}]", daemon=False)
+                proc = ctx.Process(target=_worker, args=(dataclasses.asdict(job), options_data, memory_mb, threads,
+                                                         verbosity, send),
+                                   name=f"tensat_tf-batch[{job.name}]", daemon=False)
                 proc.start()
                 send.close()
                 running[job.name] = _Running(job, proc, recv, time.monotonic())

@@ -10,7 +10,6 @@ import os
 import shutil
 import time
 from collections import Counter
-from typing import Callable, Optional, Sequence
 
 import tensorflow as tf
 
@@ -18,34 +17,9 @@ from tensat_tf import errors, onnx_export, serving
 from tensat_tf import verify as verify_mod
 from tensat_tf.io import load as load_mod
 from tensat_tf.io import save as save_mod
+from tensat_tf.options import Options
 from tensat_tf.passes import canonicalize, pipeline, shapes
-from tensat_tf.passes.tensat import EngineOptions, TensatPass
-
-
-@dataclasses.dataclass
-class Options:
-    signatures: Optional[Sequence[str]] = None
-    overwrite: bool = False
-    canonicalize: bool = True
-    fold_shapes: bool = True            # passes/shapes.py: shape plumbing the symbolic shapes determine -> constants
-    verify_batch_sizes: Sequence[int] = (1, 4)
-    seed: int = 0
-    rtol: Optional[float] = None
-    min_variable_elements: int = 1024
-    tags: Sequence[str] = ("serve",)
-    allow_ops: Sequence[str] = ()       # ops with effects outside the graph to accept anyway (tensat_tf/io/scan.py)
-    engine: EngineOptions = EngineOptions()
-    profile: bool = False               # time original vs optimized; publish the original graph when not faster
-    profile_batch_sizes: Optional[Sequence[int]] = None     # None: 1 and verify_batch_sizes
-    profile_threads: Sequence[int] = (1, 0)     # 1: one intra-op + one inter-op thread; 0: TF's default pools
-    profile_seconds: float = 8.0        # measuring time per signature (tensat_tf/profile.py decide)
-    profile_margin: float = 0.02        # "faster" needs the interval's low end above 1 + margin (speedup.py)
-    # deployment extras (tensat_tf/serving.py, tensat_tf/onnx_export.py), written and checked before publishing
-    warmup: bool = False                # assets.extra/tf_serving_warmup_requests, replayed through the TF1 loader
-    warmup_model_name: str = "model"    # model_spec.name of the warm-up requests
-    emit_onnx: bool = False             # OUTPUT_DIR.onnx beside the output, checked with onnxruntime
-    onnx_signature: Optional[str] = None
-    progress: Optional[Callable[[str], None]] = None    # called with the name of each stage as it starts
+from tensat_tf.passes.tensat import TensatPass
 
 
 def _ops(graph_def) -> dict[str, int]:
@@ -141,7 +115,7 @@ def _deploy_extras(staged, output_dir, model, graphs, options: Options, report: 
     if options.warmup:
         stage("writing warm-up records and replaying them through the TF1 loader")
         report["warmup"] = serving.write_warmup(staged, model, options.verify_batch_sizes, options.seed,
-                                                options.warmup_model_name, tolerances, options.tags)
+                                                options.warmup_name(output_dir), tolerances, options.tags)
         t = lap("warmup", t)
     if not options.emit_onnx:
         return None, t

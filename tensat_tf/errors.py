@@ -1,4 +1,4 @@
-"""Every failure the CLI reports, each with its own exit code (the CLI contract in DESIGN.md).
+"""Every failure the CLI reports, each with its own exit code (tensat_tf/cli/main.py prints it as one line).
 
 Scripts rely on these codes: they are listed in the README and must not be renumbered.
 """
@@ -79,6 +79,16 @@ class BatchFailed(TensatError):
     exit_code = 40
 
 
+class BadEGraph(BadInput):
+    """`tensat_tf extract`: the e-graph file cannot be read, or is not an egraph-serialize e-graph."""
+    exit_code = 50
+
+
+class NoAcyclicExtraction(TensatError):
+    """`tensat_tf extract`: no acyclic choice of e-nodes avoids the e-graph's blacklist, so nothing can be extracted."""
+    exit_code = 51
+
+
 class Interrupted(TensatError):
     """Ctrl-C (SIGINT) or SIGTERM: staging removed, nothing written; 128 + SIGINT as shells report it."""
     exit_code = 130
@@ -86,4 +96,5 @@ class Interrupted(TensatError):
 
 EXIT_CODES = {cls.__name__: cls.exit_code for cls in (
     MissingPath, NotASavedModel, CorruptSavedModel, BadVariables, OutputExists, UnsupportedSignature, UnknownName,
-    UnsafeOps, UnsafeAsset, OriginalFails, VerificationFailed, ExportFailed, InternalError, BatchFailed, Interrupted)}
+    UnsafeOps, UnsafeAsset, OriginalFails, VerificationFailed, ExportFailed, InternalError, BatchFailed, BadEGraph,
+    NoAcyclicExtraction, Interrupted)}

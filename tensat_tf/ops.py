@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import re
 from typing import Callable, Optional
 
 from tensat_tf import einsum
@@ -78,6 +77,11 @@ class OpSpec:
     @property
     def output_sort(self) -> str:
         return "Tensor" if self.outputs == "one" else "TTuple"
+
+    def const_positions(self, n_data_inputs: int) -> list[int]:
+        """Positions, among a node's n_data_inputs data inputs, of its folded Const inputs (a ConstInput index may
+        count from the end: ConcatV2's axis is its last input whatever N is), in increasing order."""
+        return sorted({c.index % n_data_inputs for c in self.const_inputs})
 
 
 # ---------------------------------------------------------------------------------------------- shape helpers
@@ -339,18 +343,5 @@ _SPECS = [
 
 TABLE: dict[str, OpSpec] = {s.tf_op: s for s in _SPECS}
 BY_TERM: dict[str, OpSpec] = {s.term: s for s in _SPECS}
-
-# Constructors of the term language that are not TF ops.
-STRUCTURAL = ("Input", "Weight", "FConst", "Op", "Out", "Ctl", "TNil", "TCons")
-
-
-def _check_names() -> None:
-    """egglog 13.2 fresh-name bug: no constructor may be another constructor's name followed by digits."""
-    names = [s.term for s in _SPECS] + list(STRUCTURAL)
-    for a in names:
-        for b in names:
-            if a != b and re.fullmatch(re.escape(a) + r"\d+", b):
-                raise AssertionError(f"term names {a!r} and {b!r} collide in egglog 13.2")
-
-
-_check_names()
+# The constructors that are not TF ops (leaves, opaque nodes, projections, lists) and the check that no two
+# constructor names collide in egglog are in tensat_tf/terms.py, the declaration of the whole term language.

@@ -6,7 +6,7 @@ inside `convert` are not comparable. The worker starts fresh with its thread set
 device: `threads=1` is one intra-op and one inter-op thread (and TF_OVERRIDE_GLOBAL_THREADPOOL), `threads=0` is TF's
 default pools (what serving uses); ONNX Runtime sessions get the same setting. On a GPU TF places the ops there.
 
-Method (research/tf.md §5.1): load each SavedModel, call its signature (a concrete function; Grappler on, as in
+Method: load each SavedModel, call its signature (a concrete function; Grappler on, as in
 serving) on the same seeded inputs, warm up, then run the subjects back to back in blocks of `runs` calls each, the
 order rotating from block to block (A B, B A, ...: the first subject of a block is not always the same), and report
 per subject the block medians, their minimum and the p10-p90 spread of all calls. With `xla`, each signature is also

@@ -1,4 +1,4 @@
-"""Symbolic shapes and shape-vector values over a GraphDef (DESIGN.md, Shapes).
+"""Symbolic shapes and shape-vector values over a GraphDef.
 
 Every unknown dimension of a graph input (Placeholder) is a named symbol; the rules below propagate symbols through
 the ops that transformers and CNNs use, so two dims are equal exactly when the analysis proves it. Products of

@@ -17,7 +17,7 @@ def test_beam_batch_direct_runner(zoo_cache, tmp_path):
         shutil.copytree(zoo.resolve(f"zoo:{name}"), models / name)
     (models / "broken").mkdir()
     out = tmp_path / "out"
-    cmd = [sys.executable, "-m", "tensat_tf.batch_beam", f"--input_glob={models}/*", f"--output_root={out}",
+    cmd = [sys.executable, "-m", "tensat_tf.cli.batch_beam_cmd", f"--input_glob={models}/*", f"--output_root={out}",
            "--noprofile", "--runner=DirectRunner", "--direct_num_workers=2",
            "--direct_running_mode=multi_processing"]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
@@ -32,3 +32,13 @@ def test_beam_batch_direct_runner(zoo_cache, tmp_path):
     with open(out / "batch.jsonl") as f:
         lines = {v["model"]: v for v in map(json.loads, f)}
     assert lines["mlp"]["status"] == lines["inception_block"]["status"] == "skipped"
+
+
+def test_beam_rejects_bad_options_before_the_pipeline(tmp_path):
+    out = tmp_path / "out"
+    cmd = [sys.executable, "-m", "tensat_tf.cli.batch_beam_cmd", "--input_glob=zoo:mlp", f"--output_root={out}",
+           "--rules=no-such-rule", "--runner=DirectRunner"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == errors.UnknownName.exit_code, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1] == "tensat_tf: error: unknown rule or family 'no-such-rule'"
+    assert not out.exists()

@@ -90,7 +90,7 @@ def test_einsum_shape_rules_agree_with_tf_and_round_trip():
     ing = ingest.ingest(gd, item)
     typed = {o.node.op for o in ing.typed.values()}
     assert "Einsum" in typed and "BatchMatMulV2" in typed
-    eqs = {o.literals[0] for o in ing.typed.values() if o.node.op == "Einsum"}
+    eqs = {o.payload[0] for o in ing.typed.values() if o.node.op == "Einsum"}
     assert {"abcd,aecd->acbe", "abcd,adbe->acbe", "abc,cde->abde", "abcd,cde->abe", "ab,bc->ac"} <= eqs
     # the rules alone (no TF facts for typed nodes) recompute every typed shape
     typed_lets = {ing.lets[name] for name in ing.typed}
@@ -135,7 +135,7 @@ def batchnorm_like(img, v):
 def test_broadcast_weights_are_squeezed_only_where_sound():
     gd, item = frozen(batchnorm_like)
     ing, eg = loaded(gd, item)
-    squeezed = {let: ing.weights[ing.terms[let][1][0]] for let in ing.terms if let.endswith("sq_")}
+    squeezed = {let: ing.weights[ing.terms[let].payload[0]] for let in ing.terms if let.endswith("sq_")}
     shapes = sorted(tuple(tf.make_ndarray(n.attr["value"].tensor).shape) for n in squeezed.values())
     assert shapes == [(3,), (3,)]
     # the op's class holds both forms: e.g. the Mul reads the [3] weight too
@@ -194,7 +194,8 @@ def keras_exports(tmp_path_factory):
 def tensat_pass(path, families, monkeypatch=None, squeeze=True):
     from tensat_tf.io import load
     from tensat_tf.passes import canonicalize
-    from tensat_tf.passes.tensat import EngineOptions, TensatPass
+    from tensat_tf.options import EngineOptions
+    from tensat_tf.passes.tensat import TensatPass
     sig = load.load(path).signatures["serving_default"]
     gd = canonicalize.optimize(sig.graph_def, sig.item)
     if not squeeze:
@@ -219,8 +220,8 @@ def test_keras_cnn_batchnorm_folds_only_with_broadcast_normalized(keras_exports,
 
 
 def test_keras_encoder_qkv_einsums_merge_and_verify(keras_exports, tmp_path):
-    from tensat_tf.convert import Options, convert
-    from tensat_tf.passes.tensat import EngineOptions
+    from tensat_tf.convert import convert
+    from tensat_tf.options import EngineOptions, Options
     report = convert(keras_exports["encoder"], str(tmp_path / "out"),
                      Options(engine=EngineOptions(enable_rules=["tf-fold", "merge", "einsum"])))
     sig = report["signatures"]["serving_default"]

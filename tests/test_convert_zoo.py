@@ -6,7 +6,8 @@ import pytest
 import tensorflow as tf
 
 from tensat_tf import zoo
-from tensat_tf.convert import Options, convert
+from tensat_tf.convert import convert
+from tensat_tf.options import Options
 from tensat_tf.io import load
 
 FAST = [n for n in zoo.NAMES if n not in zoo.SLOW_NAMES]

@@ -14,7 +14,8 @@ import time
 
 import pytest
 
-from tensat_tf.cli import extract as cli
+from tensat_tf import errors
+from tensat_tf.cli import extract_cmd as cli
 from tensat_tf.egraph.data import EGraphData, ENode
 from tensat_tf.extract import NoExtraction, bound, dag, extract, greedy, ilp, serialized, solvers
 
@@ -209,10 +210,32 @@ def test_cli_prints_one_json_line_and_rejects_bad_files(tmp_path, capsys):
 
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    for path in (str(bad), str(tmp_path / "missing.json")):
-        assert cli.run(path, "ilp", 5.0, "auto") == 2
-        captured = capsys.readouterr()
-        assert captured.out == "" and len(captured.err.strip().splitlines()) == 1
+    for path, error in ((str(bad), errors.BadEGraph), (str(tmp_path / "missing.json"), errors.MissingPath)):
+        with pytest.raises(error, match=r"bad\.json|missing\.json"):
+            cli.run(path, "ilp", 5.0, "auto")
+        assert capsys.readouterr().out == ""
+    with pytest.raises(errors.BadInput, match="method"):
+        cli.run(str(good), "exhaustive", 5.0, "auto")
+
+
+def test_cli_extract_failures_are_one_line_with_their_exit_codes(tmp_path):
+    """Through the dispatcher: each failure is one stderr line and its tensat_tf.errors code, nothing on stdout."""
+    assert (errors.BadEGraph.exit_code, errors.NoAcyclicExtraction.exit_code) == (50, 51)    # the README lists them
+    import subprocess
+    import sys
+    cyclic = {"nodes": {"a": {"op": "f", "cost": 1.0, "eclass": "x", "children": ["b"]},
+                        "b": {"op": "g", "cost": 1.0, "eclass": "y", "children": ["a"]}}, "root_eclasses": ["x"]}
+    (tmp_path / "cyclic.json").write_text(json.dumps(cyclic))       # x needs y needs x: no acyclic choice
+    (tmp_path / "bad.json").write_text("{not json")
+    cases = [("cyclic.json", errors.NoAcyclicExtraction, "no acyclic"), ("bad.json", errors.BadEGraph, "bad.json"),
+             ("missing.json", errors.MissingPath, "no such file")]
+    for name, error, fragment in cases:
+        proc = subprocess.run([sys.executable, "-m", "tensat_tf.cli.main", "extract", str(tmp_path / name)],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == error.exit_code, proc.stderr
+        lines = proc.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("tensat_tf: error:") and fragment in lines[0], proc.stderr
+        assert proc.stdout == ""
 
 
 @needs_data

@@ -110,7 +110,8 @@ def test_pass_prices_the_folded_conv_bias_relu_as_one_kernel_and_verifies(monkey
     predicted gain is larger than without fusion; the result computes the same values."""
     import tensorflow as tf
     from tensat_tf.item import GrapplerItem
-    from tensat_tf.passes.tensat import EngineOptions, TensatPass
+    from tensat_tf.options import EngineOptions
+    from tensat_tf.passes.tensat import TensatPass
     rng = np.random.default_rng(0)
     g = tf.Graph()
     with g.as_default():

@@ -7,7 +7,8 @@ import pytest
 import tensorflow as tf
 
 from tensat_tf import errors, onnx_export
-from tensat_tf.convert import Options, convert
+from tensat_tf.convert import convert
+from tensat_tf.options import Options
 from tensat_tf.verify import random_inputs
 
 

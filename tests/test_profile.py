@@ -6,7 +6,8 @@ import sys
 import pytest
 
 from tensat_tf import profile, speedup, zoo
-from tensat_tf.convert import Options, convert, profile_batch_sizes
+from tensat_tf.convert import convert, profile_batch_sizes
+from tensat_tf.options import Options
 
 
 def test_aa_same_model_is_not_faster(zoo_cache):

@@ -57,7 +57,8 @@ def test_not_a_tty_or_disabled_writes_nothing():
 
 
 def test_convert_reports_its_stages(zoo_cache, tmp_path):
-    from tensat_tf.convert import Options, convert
+    from tensat_tf.convert import convert
+    from tensat_tf.options import Options
     stages = []
     convert("zoo:mlp", str(tmp_path / "out"), Options(profile=False, warmup=True, progress=stages.append))
     assert stages[0] == "loading zoo:mlp"

@@ -11,7 +11,8 @@ import pytest
 import tensorflow as tf
 
 from tensat_tf import zoo
-from tensat_tf.convert import Options, convert
+from tensat_tf.convert import convert
+from tensat_tf.options import Options
 from tensat_tf.zoo import keras_apps, transformers
 
 TEXT = {"real_encoder", "real_decoder"}            # token ids [batch, seq]: both dims dynamic

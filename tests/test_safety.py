@@ -14,7 +14,8 @@ from tensorflow.core.protobuf import saved_model_pb2
 
 from conftest import tree_digest
 from tensat_tf import errors, zoo
-from tensat_tf.convert import Options, convert
+from tensat_tf.convert import convert
+from tensat_tf.options import Options
 from tensat_tf.io import load, save, scan
 
 CLI = [sys.executable, "-m", "tensat_tf.cli.main"]

@@ -10,7 +10,8 @@ import pytest
 import tensorflow as tf
 
 from tensat_tf import errors, serving, zoo
-from tensat_tf.convert import Options, convert
+from tensat_tf.convert import convert
+from tensat_tf.options import Options
 from tensat_tf.io import save as save_mod
 
 CLI = [sys.executable, "-m", "tensat_tf.cli.main"]

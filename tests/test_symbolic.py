@@ -11,10 +11,11 @@ from tensat_tf import rules
 from tensat_tf import symbolic as S
 from tensat_tf.cost import analytic
 from tensat_tf.egraph import ingest, language
-from tensat_tf.egraph.saturate import Budget, saturate
+from tensat_tf.egraph.saturate import saturate
 from tensat_tf.item import GrapplerItem
 from tensat_tf.passes import canonicalize, pipeline, shapes
-from tensat_tf.passes.tensat import EngineOptions, TensatPass
+from tensat_tf.options import Budget, EngineOptions
+from tensat_tf.passes.tensat import TensatPass
 from tensat_tf.rules import compile_rule
 
 PLUMBING = ("Shape", "StridedSlice", "Pack", "Prod", "GatherV2")

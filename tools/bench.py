@@ -86,8 +86,8 @@ def ratio(original_block_ms, candidate_block_ms) -> dict:
 def bench_model(name: str, engine, batch_sizes, tmp: str) -> dict:
     from tensat_tf import peers, zoo
     from tensat_tf import profile as profile_mod
-    from tensat_tf.convert import Options, convert
-    from tensat_tf.passes.tensat import EngineOptions
+    from tensat_tf.convert import convert
+    from tensat_tf.options import EngineOptions, Options
     src = zoo.resolve(f"zoo:{name}")
     out, plain = os.path.join(tmp, name), os.path.join(tmp, name + "-norules")
     only = ["serving_default"] if name in zoo.SUITE_NAMES else None

@@ -24,7 +24,8 @@ COMPUTE = {"MatMul", "BatchMatMulV2", "Conv2D", "DepthwiseConv2dNative", "BiasAd
 
 
 def main(argv):
-    from tensat_tf.convert import Options, convert
+    from tensat_tf.convert import convert
+    from tensat_tf.options import Options
     opts = Options(engine=engine_flags.engine_options())
     print("| model | signature | e-nodes / e-classes | iterations (stop) | saturate s | extraction | extract s "
           "| predicted ms before -> after | compute ops before -> after | rules applied | verify rel | total s |")

@@ -17,7 +17,8 @@ from absl import app, flags  # noqa: E402
 from tensorflow.python.framework import convert_to_constants  # noqa: E402
 
 from tensat_tf import zoo  # noqa: E402
-from tensat_tf.convert import Options, convert  # noqa: E402
+from tensat_tf.convert import convert  # noqa: E402
+from tensat_tf.options import Options  # noqa: E402
 from tensat_tf.item import GrapplerItem  # noqa: E402
 from tensat_tf.passes import canonicalize  # noqa: E402
 from tensat_tf.passes.tensat import TensatPass  # noqa: E402

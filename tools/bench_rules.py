@@ -96,8 +96,8 @@ def _graph_after_cleanup(path: str, signature: str):
 def worker(name: str, variant: str) -> dict:
     """One conversion of zoo model `name` (variant 'rules': the engine flags; 'norules': no rules), profile off."""
     from tensat_tf import zoo
-    from tensat_tf.convert import Options, convert
-    from tensat_tf.passes.tensat import EngineOptions
+    from tensat_tf.convert import convert
+    from tensat_tf.options import EngineOptions, Options
     engine = engine_flags.engine_options() if variant == "rules" else EngineOptions(enable_rules=[])
     src = zoo.resolve(f"zoo:{name}")
     with tempfile.TemporaryDirectory() as tmp:

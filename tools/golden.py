@@ -17,7 +17,8 @@ import sys
 import tempfile
 
 from tensat_tf import zoo
-from tensat_tf.convert import Options, convert
+from tensat_tf.convert import convert
+from tensat_tf.options import Options
 
 # the stop reason whose outcome depends on how fast the machine is (tensat_tf/egraph/saturate.py StopReason)
 TIMED_STOPS = {"time_limit"}

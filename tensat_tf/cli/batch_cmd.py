@@ -10,9 +10,10 @@ import os
 import sys
 import time
 
-from absl import flags
+from absl import flags, logging
 
 from tensat_tf import errors
+from tensat_tf.cli import convert_cmd
 
 FLAGS = flags.FLAGS
 flags.DEFINE_multi_string("input_glob", [], "SavedModel folders to convert: a glob (quote it; every matched folder "
@@ -27,15 +28,6 @@ flags.DEFINE_integer("model_memory_mb", 16384, "Per-model address-space limit (R
                                                "Importing TensorFlow alone maps about 1.5 GiB.")
 flags.DEFINE_integer("worker_threads", 0, "TF intra/inter-op threads per worker (0: cores / jobs).")
 
-# flags of the batch itself (or absl's) that do not go to the workers
-_NOT_FOR_WORKERS = {"input_glob", "output_root", "jobs", "model_timeout", "model_memory_mb", "worker_threads",
-                    "flagfile", "undefok", "progress", "model_base_path", "output_dir", "report"}
-
-
-def worker_flags() -> dict:
-    """The flags given to this run (command line or flagfile) that each worker applies."""
-    return {name: FLAGS[name].value for name in FLAGS if FLAGS[name].present and name not in _NOT_FOR_WORKERS}
-
 
 def main(args: list[str]) -> int:
     if args:
@@ -49,14 +41,16 @@ def main(args: list[str]) -> int:
                               "--report apply to convert only")
     if FLAGS.jobs < 1 or FLAGS.model_timeout < 0 or FLAGS.model_memory_mb < 0 or FLAGS.worker_threads < 0:
         raise errors.BadInput("--jobs must be >= 1; --model_timeout, --model_memory_mb, --worker_threads >= 0")
+    options = convert_cmd.options_from_flags()      # checked once here, not in each worker
     from tensat_tf import batch
     from tensat_tf.progress import Progress
     jobs = batch.discover(FLAGS.input_glob, FLAGS.output_root)
     os.makedirs(FLAGS.output_root, exist_ok=True)
     t0 = time.monotonic()
     with Progress(FLAGS.progress, prefix="tensat_tf: ") as progress:
-        lines = batch.run(jobs, worker_flags(), n_jobs=FLAGS.jobs, timeout_s=FLAGS.model_timeout or None,
+        lines = batch.run(jobs, options, n_jobs=FLAGS.jobs, timeout_s=FLAGS.model_timeout or None,
                           memory_mb=FLAGS.model_memory_mb, threads=FLAGS.worker_threads or None,
+                          verbosity=logging.get_verbosity(),
                           on_result=lambda line: progress.print(json.dumps(line)), progress=progress)
     print(batch.table(lines, time.monotonic() - t0), file=sys.stderr)
     batch.raise_if_failed(lines)

@@ -1,14 +1,16 @@
 """`tensat_tf convert SRC --output_dir=DST`: optimize a SavedModel, verify it, publish it, print a table."""
 from __future__ import annotations
 
-import json
+import dataclasses
 import os
 import sys
 
 from absl import flags
 
 from tensat_tf import errors
+from tensat_tf import report as report_file
 from tensat_tf.cli import deploy_flags, engine_flags
+from tensat_tf.options import Options
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("output_dir", None, "Where the optimized SavedModel is published (must be absent or empty).")
@@ -110,45 +112,27 @@ def _table(report: dict) -> str:
     return "\n".join(lines)
 
 
-def options_from_flags(**extra):
-    """convert.Options from the flags (shared by `convert` and the workers of `batch`); imports TensorFlow."""
-    from tensat_tf.convert import Options
+def options_from_flags(serving_mode: bool = False) -> Options:
+    """The one translation of the flags into tensat_tf.options.Options, checked (Options.check: errors.BadInput,
+    errors.UnknownName), for `convert` and for `batch`, which hands it to each worker as data."""
     try:
-        batch_sizes = tuple(int(b) for b in FLAGS.verify_batch_sizes)
+        verify_batch_sizes = tuple(int(b) for b in FLAGS.verify_batch_sizes)
     except ValueError:
         raise errors.BadInput(f"--verify_batch_sizes must be integers: {FLAGS.verify_batch_sizes}") from None
-    return Options(signatures=FLAGS.signatures, overwrite=FLAGS.overwrite, canonicalize=FLAGS.canonicalize,
-                   fold_shapes=FLAGS.fold_shapes,
-                   verify_batch_sizes=batch_sizes, seed=FLAGS.seed, rtol=FLAGS.rtol,
-                   min_variable_elements=FLAGS.min_variable_elements, tags=FLAGS.tags,
-                   engine=engine_flags.engine_options(), profile=FLAGS.profile,
-                   **_profile_options(), allow_ops=tuple(FLAGS.allow_ops), **extra)
-
-
-def _profile_options() -> dict:
     try:
-        batch_sizes = tuple(int(b) for b in FLAGS.profile_batch_sizes) or None
-        threads = tuple(0 if t == "default" else int(t) for t in FLAGS.profile_threads)
+        profile_batch_sizes = tuple(int(b) for b in FLAGS.profile_batch_sizes) or None
+        profile_threads = tuple(0 if t == "default" else int(t) for t in FLAGS.profile_threads)
     except ValueError:
         raise errors.BadInput(f"--profile_batch_sizes must be integers and --profile_threads integers or 'default': "
                               f"{FLAGS.profile_batch_sizes}, {FLAGS.profile_threads}") from None
-    if not threads or min(threads) < 0 or (batch_sizes and min(batch_sizes) < 1):
-        raise errors.BadInput("--profile_threads needs at least one setting, and batch sizes must be positive")
-    if FLAGS.profile_seconds <= 0 or FLAGS.profile_margin < 0:
-        raise errors.BadInput("--profile_seconds must be positive and --profile_margin not negative")
-    return {"profile_batch_sizes": batch_sizes, "profile_threads": threads, "profile_seconds": FLAGS.profile_seconds,
-            "profile_margin": FLAGS.profile_margin}
-
-
-def default_report_path(output_dir: str) -> str:
-    return os.path.abspath(output_dir).rstrip("/") + ".report.json"
-
-
-def write_report(report: dict, report_path: str) -> None:
-    tmp = report_path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(report, f, indent=1, sort_keys=True, default=str)
-    os.replace(tmp, report_path)
+    return Options(
+        signatures=None if FLAGS.signatures is None else tuple(FLAGS.signatures), overwrite=FLAGS.overwrite,
+        canonicalize=FLAGS.canonicalize, fold_shapes=FLAGS.fold_shapes, verify_batch_sizes=verify_batch_sizes,
+        seed=FLAGS.seed, rtol=FLAGS.rtol, min_variable_elements=FLAGS.min_variable_elements, tags=tuple(FLAGS.tags),
+        allow_ops=tuple(FLAGS.allow_ops), engine=engine_flags.engine_from_flags(), profile=FLAGS.profile,
+        profile_batch_sizes=profile_batch_sizes, profile_threads=profile_threads,
+        profile_seconds=FLAGS.profile_seconds, profile_margin=FLAGS.profile_margin,
+        **deploy_flags.options(serving_mode)).check()
 
 
 def main(args: list[str]) -> int:
@@ -158,12 +142,12 @@ def main(args: list[str]) -> int:
         raise errors.MissingPath(f"no such file or directory: {src}")
     if os.path.abspath(src) == os.path.abspath(output_dir):
         raise errors.OutputExists("--output_dir must differ from the input SavedModel (the input is never touched)")
+    options = options_from_flags(serving_mode)      # bad options fail here, before TensorFlow is imported
     from tensat_tf.convert import convert   # imports TensorFlow: after the cheap checks
     with Progress(FLAGS.progress, prefix="tensat_tf: ") as progress:
-        options = options_from_flags(**deploy_flags.options(output_dir, serving_mode, progress.stage))
-        report = convert(src, output_dir, options)
-    report_path = FLAGS.report or default_report_path(output_dir)
-    write_report(report, report_path)
+        report = convert(src, output_dir, dataclasses.replace(options, progress=progress.stage))
+    report_path = FLAGS.report or report_file.default_path(output_dir)
+    report_file.write(report, report_path)
     print(_table(report))
     print(f"wrote {output_dir} and report {report_path}", file=sys.stderr)
     return 0

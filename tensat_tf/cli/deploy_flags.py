@@ -54,12 +54,12 @@ def paths(args: list[str]) -> tuple[str, str, bool]:
     return args[0], FLAGS.output_dir, False
 
 
-def options(output_dir: str, serving_mode: bool, progress=None) -> dict:
-    """Keyword arguments of convert.Options for the extras."""
+def options(serving_mode: bool) -> dict:
+    """Keyword arguments of tensat_tf.options.Options for the extras. The warm-up requests are named by
+    --warmup_model_name, else in serving mode after BASE, else after the output folder (Options.warmup_name)."""
     warmup = FLAGS.warmup if serving_mode else (FLAGS["warmup"].present and FLAGS.warmup)
     name: Optional[str] = FLAGS.warmup_model_name
-    if not name:
-        folder = FLAGS.model_base_path if serving_mode else output_dir
-        name = os.path.basename(os.path.abspath(folder).rstrip("/")) or "model"
-    return {"warmup": bool(warmup), "warmup_model_name": name, "emit_onnx": FLAGS.emit_onnx,
-            "onnx_signature": FLAGS.onnx_signature, "progress": progress}
+    if not name and serving_mode:
+        name = os.path.basename(os.path.abspath(FLAGS.model_base_path).rstrip("/")) or "model"
+    return {"warmup": bool(warmup), "warmup_model_name": name or None, "emit_onnx": FLAGS.emit_onnx,
+            "onnx_signature": FLAGS.onnx_signature}

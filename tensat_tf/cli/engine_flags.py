@@ -1,8 +1,10 @@
 """absl flags of the e-graph engine (rules, saturation budgets, extraction, cost model), shared by the commands that
-run the tensat pass, and their translation into passes.tensat.EngineOptions."""
+run the tensat pass, and their translation into tensat_tf.options.EngineOptions."""
 from __future__ import annotations
 
 from absl import flags
+
+from tensat_tf.options import Budget, EngineOptions
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("rules", None, "Rule names or families to enable (default: tensat, tf-fold, merge, einsum).")
@@ -33,37 +35,24 @@ flags.DEFINE_enum("cost_model", "analytic", ["analytic", "measured"],
 flags.DEFINE_integer("batch_size", 1, "Batch size at which costs are evaluated (for unknown leading dimensions).")
 
 
-def engine_options():
-    from tensat_tf import errors
-    from tensat_tf import rules as rules_mod
-    from tensat_tf.egraph.saturate import Budget
-    from tensat_tf.passes.tensat import EngineOptions
-    for name, value in (("iterations", FLAGS.iterations), ("node_limit", FLAGS.node_limit),
-                        ("batch_size", FLAGS.batch_size), ("ban_length", FLAGS.ban_length),
-                        ("patience", FLAGS.patience)):
-        if value < 1:
-            raise errors.BadInput(f"--{name} must be >= 1")
-    if FLAGS.match_limit < 0 or FLAGS.probe_seconds < 0:
-        raise errors.BadInput("--match_limit and --probe_seconds must be >= 0")
-    if FLAGS.saturation_seconds <= 0 or FLAGS.ilp_seconds <= 0:
-        raise errors.BadInput("--saturation_seconds and --ilp_seconds must be > 0")
-    try:
-        rules_mod.select(FLAGS.rules, FLAGS.disable_rules, FLAGS.rules_file)
-    except rules_mod.UnknownRule as e:
-        raise errors.UnknownName(str(e)) from None
-    except (OSError, rules_mod.RuleSyntaxError) as e:
-        raise errors.BadInput(f"--rules_file: {e}") from None
+def engine_options() -> EngineOptions:
+    """The EngineOptions of the flags, checked (EngineOptions.check: errors.BadInput, errors.UnknownName)."""
+    return engine_from_flags().check()
+
+
+def engine_from_flags() -> EngineOptions:
+    """The EngineOptions of the flags, unchecked (convert_cmd.options_from_flags checks the whole Options)."""
     return EngineOptions(
-        enable_rules=FLAGS.rules, disable_rules=tuple(FLAGS.disable_rules), rules_files=tuple(FLAGS.rules_file),
-        budget=budget_from_flags(Budget),
+        enable_rules=None if FLAGS.rules is None else tuple(FLAGS.rules), disable_rules=tuple(FLAGS.disable_rules),
+        rules_files=tuple(FLAGS.rules_file), budget=budget_from_flags(),
         method=FLAGS.method, ilp_seconds=FLAGS.ilp_seconds, probe_seconds=FLAGS.probe_seconds, solver=FLAGS.solver,
         cost_model=FLAGS.cost_model, batch_size=FLAGS.batch_size)
 
 
-def budget_from_flags(budget_cls):
+def budget_from_flags() -> Budget:
     """A limit the user set wins over the one scaled to the input (Budget.limits)."""
-    default = budget_cls()
-    return budget_cls(
+    default = Budget()
+    return Budget(
         FLAGS.iterations, FLAGS.node_limit, FLAGS.saturation_seconds, FLAGS.k_multi,
         match_limit=FLAGS.match_limit or None, ban_length=FLAGS.ban_length, patience=FLAGS.patience,
         nodes_per_enode=None if FLAGS["node_limit"].present else default.nodes_per_enode,

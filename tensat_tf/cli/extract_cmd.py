@@ -1,5 +1,12 @@
-"""`tensat_tf extract EGRAPH.json`: extraction alone on an egraph-serialize file; prints one JSON line."""
+"""`tensat_tf extract EGRAPH.json`: extraction alone on an egraph-serialize file; prints one JSON line.
+
+Failures are tensat_tf.errors classes, which the dispatcher (tensat_tf/cli/main.py) prints as one line with their exit
+code: MissingPath (no such file), BadEGraph (unreadable, or not an egraph-serialize e-graph), NoAcyclicExtraction (no
+acyclic choice avoids the blacklist), BadInput (a bad argument).
+"""
 from __future__ import annotations
+
+import json
 
 from tensat_tf import errors
 from tensat_tf.cli.engine_flags import FLAGS   # --method, --ilp_seconds, --solver are the engine's flags
@@ -8,5 +15,38 @@ from tensat_tf.cli.engine_flags import FLAGS   # --method, --ilp_seconds, --solv
 def main(args: list[str]) -> int:
     if len(args) != 1:
         raise errors.BadInput("extract takes exactly one EGRAPH.json")
-    from tensat_tf.cli import extract
-    return extract.run(args[0], FLAGS.method, FLAGS.ilp_seconds, FLAGS.solver)
+    return run(args[0], FLAGS.method, FLAGS.ilp_seconds, FLAGS.solver)
+
+
+def run(path: str, method: str = "ilp", ilp_seconds: float = 10.0, solver: str = "auto") -> int:
+    """Print {"file", "enodes", "eclasses", "dag_cost", "greedy_dag_cost", "method", "status", "seconds", "acyclic",
+    "gap", "bound", "solver"} as one JSON line (bound: the proven lower bound on any acyclic choice's DAG cost, null
+    for greedy) and return 0; raise a tensat_tf.errors class on failure (see the module docstring)."""
+    from tensat_tf.extract import NoExtraction, extract, serialized    # not at import: the CLI loads every command
+    try:
+        egraph = serialized.load(path)
+    except FileNotFoundError:
+        raise errors.MissingPath(f"no such file: {path}") from None
+    except (OSError, ValueError) as exc:
+        raise errors.BadEGraph(f"cannot read e-graph {path!r}: {exc}") from None
+    try:
+        result = extract(egraph, method=method, ilp_seconds=ilp_seconds, solver=solver)
+    except NoExtraction as exc:
+        raise errors.NoAcyclicExtraction(f"{path}: {exc}") from None
+    except ValueError as exc:
+        raise errors.BadInput(str(exc)) from None
+    print(json.dumps({
+        "file": path,
+        "enodes": egraph.num_nodes,
+        "eclasses": egraph.num_classes,
+        "dag_cost": result.dag_cost,
+        "greedy_dag_cost": result.greedy_dag_cost,
+        "method": result.method,
+        "status": result.status,
+        "seconds": round(result.seconds, 3),
+        "acyclic": result.acyclic,
+        "gap": result.gap,
+        "bound": result.bound,
+        "solver": result.solver,
+    }))
+    return 0

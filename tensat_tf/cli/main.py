@@ -1,7 +1,8 @@
-"""`tensat_tf` command line: an absl app with subcommands (convert, extract, calibrate).
+"""`tensat_tf` command line: an absl app with subcommands (convert, batch, extract, profile, rules, calibrate).
 
-Exit codes (see tensat_tf.errors): 0 success; 1 usage; 10-19 bad input (17 unsafe ops, 18 unsafe asset, 19 the
-original cannot run here); 20 verification failed; 30 internal error; 40 batch; 130 interrupted.
+Exit codes (see tensat_tf.errors): 0 success; 1 usage; 2 bad argument; 10-19 bad input (17 unsafe ops, 18 unsafe
+asset, 19 the original cannot run here); 20 verification failed; 21 ONNX export failed; 30 internal error; 40 batch;
+50 unreadable e-graph, 51 no acyclic extraction (extract); 130 interrupted.
 Errors are one line on stderr; a traceback only with --verbosity=1 or higher.
 
 Ctrl-C (SIGINT) and SIGTERM: the handler raises KeyboardInterrupt, so every `finally` on the way out runs (the

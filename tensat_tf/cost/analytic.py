@@ -13,10 +13,11 @@ Conventions
   - Element size is 4 bytes (float32): the exported e-graph carries no dtypes, and float32 is what every model of the
     zoo computes in. Ranking between rewrites of the same tensors does not depend on this.
   - A node without usable shapes costs the overhead alone, so an odd class never stops extraction.
-  - Structural nodes (Input, Weight, Out, Ctl, TNil, TCons) cost 0; an opaque `Op` costs one overhead: it is the
-    only node of its class, so any constant ranks the same, and the overhead keeps totals comparable to measurements.
+  - Structural nodes that never run (Input, Weight, FConst, Out, Ctl, TNil, TCons: tensat_tf/terms.py) cost 0; an
+    opaque `Op` costs one overhead: it is the only node of its class, so any constant ranks the same, and the
+    overhead keeps totals comparable to measurements.
   - A typed node whose tensor children are all constant classes costs 0: the emitter folds weight-only subgraphs into
-    new constants (DESIGN.md, Leaves), so such a node never runs at serving time.
+    new constants (tensat_tf/egraph/emit.py), so such a node never runs at serving time.
 """
 from __future__ import annotations
 
@@ -24,13 +25,13 @@ import dataclasses
 import math
 from typing import Optional, Sequence
 
-from tensat_tf import einsum, ops
+from tensat_tf import einsum, ops, terms
 from tensat_tf.egraph.data import EGraphData
 from tensat_tf.egraph.export import Exported
 
 Shape = tuple[int, ...]
 
-STRUCTURAL_FREE = frozenset({"Input", "Weight", "FConst", "Out", "Ctl", "TNil", "TCons"})
+STRUCTURAL_FREE = terms.FREE        # constructors that never run (every structural one but the opaque Op): cost 0
 DTYPE_BYTES = 4
 
 
@@ -66,11 +67,12 @@ class DeviceProfile:
 
 
 # CPU: the 2-vCPU AMD EPYC (Zen 4, AVX-512, 2 MB L2 per core, 32 MB L3) KVM test VM, TF 2.21 with oneDNN on, ONE
-# intra-op and ONE inter-op thread (how every benchmark of the project runs; research/tf.md §5.1). Fitted to
-# tensat_tf.cost.measured.time_in_worker (R copies of the op in one Session, Grappler off, fastest of 5 rounds x 2
-# passes of time(R copies) - time(inputs only), divided by R), float32, on the VM while other jobs shared it:
+# intra-op and ONE inter-op thread (how every benchmark of the project runs: timings with 2 threads on this VM were
+# bimodal, one thread is stable after warm-up). Fitted to tensat_tf.cost.measured.time_in_worker (R copies of
+# the op in one Session, Grappler off, fastest of 5 rounds x 2 passes of time(R copies) - time(inputs only),
+# divided by R), float32, on the VM while other jobs shared it:
 #   peak_gflops 110: MatMul 512x768x768 114 GFLOP/s, 256x1024x1024 104, Mx256x256 101-113 for M = 4..256,
-#     Conv2D 1x56x56x64 3x3->64 116, BatchMatMulV2 12x128x64x64 108 (research/tf.md §5.2: 105-112). Small inner
+#     Conv2D 1x56x56x64 3x3->64 116, BatchMatMulV2 12x128x64x64 108 (earlier chain benchmarks: 105-112). Small inner
 #     sizes do worse (Mx64x64: 65-100), so matmuls under ~1 MFLOP are under-estimated by up to 2x.
 #   bandwidth_gbs 90: Relu / AddV2 / Mul on 64k-1M floats (0.5-12 MB per op, cache-resident) move 85-97 GB/s.
 #     Working sets beyond the 32 MB L3 drop to 34-47 GB/s (AddV2 / Relu on 4M floats); batch-1 activations of the
@@ -172,7 +174,7 @@ def constant_classes(egraph: EGraphData) -> set[int]:
     for i, n in enumerate(egraph.nodes):
         if n.op in ("Weight", "FConst"):
             const.add(n.eclass)
-        elif n.op == "Out" or n.op not in ops.STRUCTURAL:
+        elif n.op == "Out" or n.op not in terms.STRUCTURAL_NAMES:
             candidates.append(i)
             for c in set(n.children):
                 readers.setdefault(c, []).append(i)

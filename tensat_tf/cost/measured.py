@@ -1,6 +1,6 @@
 """Measured per-e-node cost: time each distinct (term, literals, input shapes) on this device, cache it on disk.
 
-The micro-benchmark (research/tf.md §5.2 explains each choice):
+The micro-benchmark (each choice with its reason):
   - Inputs are resource variables initialised in-graph with seeded random values, so a run feeds nothing and the
     GraphDef stays small whatever the tensor sizes.
   - The op is built by tensat_tf.egraph.nodedef.build (the emitter's own builder) R times side by side on the same

@@ -24,7 +24,7 @@ from tensat_tf.egraph import nodedef
 from tensat_tf.egraph.data import EGraphData
 from tensat_tf.extract.dag import reachable_classes
 from tensat_tf.egraph.export import Exported
-from tensat_tf.egraph.ingest import Ingested, TypedOrigin
+from tensat_tf.egraph.ingest import Ingested, Original
 
 NEW_PREFIX = "tensat/"
 
@@ -44,13 +44,17 @@ class Emitter:
         self.uses = self._count_uses()
         self.const = self._const_classes()
         self.values: dict[int, object] = {}        # class -> folded numpy value (or list, for a tuple class)
-        self.original_nodes = {n.name: n for n in ing.graph_def.node}
+        self.input_nodes = {n.name: n for n in ing.graph_def.node}   # name -> NodeDef of the input graph
 
     # ------------------------------------------------------------------ bookkeeping
-    def _index_originals(self) -> dict[int, list[TypedOrigin]]:
-        by_class: dict[int, list[TypedOrigin]] = {}
-        for name, origin in self.ing.typed.items():
-            by_class.setdefault(self.exp.lets[self.ing.lets[name]], []).append(origin)
+    def _index_originals(self) -> dict[int, list[tuple[Original, list[int]]]]:
+        """class -> its typed original terms (ingest's record), each with the classes of its node's tensor inputs."""
+        by_class: dict[int, list[tuple[Original, list[int]]]] = {}
+        for let in self.ing.lets.values():
+            origin = self.ing.terms[let]
+            if origin.node is not None:
+                inputs = [self.exp.lets[i] for i in self.ing.tensor_inputs(let)]
+                by_class.setdefault(self.exp.lets[let], []).append((origin, inputs))
         return by_class
 
     def _count_uses(self) -> Counter:
@@ -112,7 +116,7 @@ class Emitter:
         while True:
             name = f"{NEW_PREFIX}{op}_{self.counter[op]}"
             self.counter[op] += 1
-            if name not in self.original_nodes and name not in self.emitted:
+            if name not in self.input_nodes and name not in self.emitted:
                 return name
 
     # ------------------------------------------------------------------ main walk
@@ -226,13 +230,14 @@ class Emitter:
             node.CopyFrom(src)
             self._add(node)
 
-    def _match_original(self, cls: int, enode, inputs: list[int]) -> Optional[TypedOrigin]:
-        for origin in self.originals.get(cls, ()):
-            if origin.node.name in self.emitted or origin.spec.term != enode.op:
+    def _match_original(self, cls: int, enode, inputs: list[int]) -> Optional[Original]:
+        """The input node that the chosen e-node of cls is exactly (term, literals, input classes), if any."""
+        for origin, origin_inputs in self.originals.get(cls, ()):
+            if origin.node.name in self.emitted or origin.op != enode.op:
                 continue
-            if origin.literals != enode.payload:
+            if origin.payload != enode.payload:
                 continue
-            if [self.exp.lets[l] for l in origin.child_lets] == inputs:
+            if origin_inputs == inputs:
                 return origin
         return None
 
@@ -244,9 +249,9 @@ class Emitter:
             node = tf.compat.v1.NodeDef()
             node.CopyFrom(origin.node)
             for const in origin.const_nodes:
-                self._copy_original(self.original_nodes[const])
+                self._copy_original(self.input_nodes[const])
             data = [i for i in node.input if not i.startswith("^")]
-            const_pos = {c.index % len(data) for c in spec.const_inputs}
+            const_pos = spec.const_positions(len(data))
             it = iter(in_names)
             new_inputs = [data[p] if p in const_pos else next(it) for p in range(len(data))]
             del node.input[:]
@@ -274,8 +279,9 @@ def emit(ing: Ingested, exp: Exported, choice: dict[int, int]) -> tf.compat.v1.G
 def original_nodes(ing: Ingested, exp: Exported) -> dict[int, int]:
     """class -> the e-node that is the ingested (original) term of that class, for every let-bound class.
 
-    After rewrites a class holds many e-nodes; this finds the one ingest created, by term (op, literals, child
-    classes). Opaque nodes are found by their key alone (their argument lists are inline terms)."""
+    After rewrites a class holds many e-nodes; this finds the one ingest created (its record, Ingested.terms), by
+    term (op, literals, child classes). Opaque nodes are found by their key alone (their argument lists are inline
+    terms)."""
     g: EGraphData = exp.egraph
     index: dict = {}
     for i, n in enumerate(g.nodes):
@@ -283,8 +289,8 @@ def original_nodes(ing: Ingested, exp: Exported) -> dict[int, int]:
         if n.op == "Op":
             index.setdefault(("Op", n.payload), i)
     out: dict[int, int] = {}
-    for let, (op, payload, kids) in ing.terms.items():
-        key = ("Op", payload) if kids is None else (op, payload, tuple(exp.lets[k] for k in kids))
+    for let, t in ing.terms.items():
+        key = ("Op", t.payload) if t.children is None else (t.op, t.payload, tuple(exp.lets[k] for k in t.children))
         out.setdefault(exp.lets[let], index[key])
     return out
 

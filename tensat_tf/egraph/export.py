@@ -1,6 +1,6 @@
 """egglog e-graph -> EGraphData (+ the shape of every tensor e-class), through egglog's raw freeze.
 
-freeze is the fastest export (research/egglog.md §3c: 0.05 s at 16k e-nodes, 4x faster than JSON) and gives
+freeze is the fastest export (measured on egglog 13.2: 0.05 s for 16k e-nodes, 4x faster than its JSON) and gives
 literals back exactly. It is a private API of egglog 13.2, which is why egglog is pinned and this is the only module
 that touches it.
 """

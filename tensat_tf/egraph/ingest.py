@@ -26,35 +26,58 @@ from tensat_tf.item import GrapplerItem, node_name
 
 
 @dataclasses.dataclass
-class TypedOrigin:
-    """An original TF node ingested as a typed term: what the emitter needs to recognise and reuse it."""
-    node: tf.compat.v1.NodeDef
-    spec: ops.OpSpec
-    literals: tuple
-    child_lets: tuple[str, ...]     # let names of the term's tensor children (inner links for variadic ops)
-    const_nodes: tuple[str, ...]    # names of the Const nodes folded into literals
+class Original:
+    """The e-node ingest created for one let: the original term of that let's e-class. Extraction reads these to
+    find the choice that reproduces the input graph (tensat_tf/egraph/emit.py original_nodes); the emitter reads the
+    typed ones so that a chosen e-node equal to an input node is emitted as that node (its NodeDef and name)."""
+    op: str                                     # constructor (tensat_tf/terms.py)
+    payload: tuple                              # its literal arguments
+    children: Optional[tuple[str, ...]]         # let names of its child classes; None for Op (its list is inline)
+    node: Optional[tf.compat.v1.NodeDef] = None   # typed terms: the input node it is (None: a variadic inner link)
+    const_nodes: tuple[str, ...] = ()           # typed terms: names of the Const nodes folded into its literals
+
+    @property
+    def spec(self) -> Optional[ops.OpSpec]:
+        return ops.BY_TERM.get(self.op)
+
+
+def _empty(kind):
+    return dataclasses.field(default_factory=kind)
 
 
 @dataclasses.dataclass
 class Ingested:
-    graph_def: tf.compat.v1.GraphDef           # the input graph (library, versions are copied to the output)
-    commands: list                             # egglog commands that build the terms
-    lets: dict[str, str]                       # node name -> let name of its term
-    output_lets: dict[str, str]                # tensor name "a:k" -> let name of that tensor
-    inputs: dict[str, tf.compat.v1.NodeDef]    # Input leaf name -> Placeholder NodeDef
-    weights: list[tf.compat.v1.NodeDef]        # Weight id -> the first Const NodeDef with that content
-    weight_dtypes: list[tf.DType]
-    opaque: dict[str, tf.compat.v1.NodeDef]    # Op key (node name) -> NodeDef
-    opaque_dtypes: dict[str, list[tf.DType]]   # Op key -> output dtypes
-    typed: dict[str, TypedOrigin]              # node name -> origin, for typed nodes
-    roots: list[str]                           # let names that must be computed (keep nodes)
+    """What ingest made of a graph: the egglog commands that build its terms, and what emit and extraction need to
+    map e-nodes back to the graph."""
+    graph_def: tf.compat.v1.GraphDef               # the input graph (library, versions are copied to the output)
     shapes: dict[str, Optional[tuple[int, ...]]]   # tensor name -> TF-inferred shape (None: unknown rank)
-    terms: dict = dataclasses.field(default_factory=dict)   # let name -> (op, payload, child let names): the
-    #                                            original e-node of that let's class (Op: children not listed)
+    commands: list = _empty(list)                  # egglog commands that build the terms
+    lets: dict[str, str] = _empty(dict)            # node name -> let name of its term
+    output_lets: dict[str, str] = _empty(dict)     # tensor name "a:k" -> let name of that tensor
+    inputs: dict[str, tf.compat.v1.NodeDef] = _empty(dict)     # Input leaf name -> Placeholder NodeDef
+    weights: list[tf.compat.v1.NodeDef] = _empty(list)         # Weight id -> the first Const with that content
+    weight_dtypes: list[tf.DType] = _empty(list)               # Weight id -> its dtype
+    opaque: dict[str, tf.compat.v1.NodeDef] = _empty(dict)     # Op key (node name) -> NodeDef
+    opaque_dtypes: dict[str, list[tf.DType]] = _empty(dict)    # Op key -> output dtypes
+    terms: dict[str, Original] = _empty(dict)      # let name -> its original term, in the order ingest made them
+    roots: list[str] = _empty(list)                # let names that must be computed (keep nodes)
 
     @property
-    def num_typed(self) -> int:
-        return len(self.typed)
+    def typed(self) -> dict[str, Original]:
+        """node name -> original term, for the input nodes ingested as typed terms (in ingest order)."""
+        return {name: self.terms[let] for name, let in self.lets.items() if self.terms[let].node is not None}
+
+    def tensor_inputs(self, let: str) -> tuple[str, ...]:
+        """Let names of the tensor inputs of the input node behind typed term `let`: its children, with a variadic
+        op's inner links (same constructor, no node of their own) read through."""
+        term = self.terms[let]
+        kids = term.children
+        while kids:
+            inner = self.terms.get(kids[-1])
+            if inner is None or inner.node is not None or inner.op != term.op:
+                break
+            kids = kids[:-1] + inner.children
+        return kids
 
 
 # Broadcasting is normalized once, here: an operand of these ops that is a weight of rank <= the other operand's rank
@@ -172,144 +195,172 @@ def _typed_literals(node, spec: ops.OpSpec, nodes_by_name, shapes) -> Optional[d
     return lit
 
 
-def ingest(graph_def, item: GrapplerItem) -> Ingested:
-    dtypes, shapes = _infer(graph_def)
-    nodes_by_name = {n.name: n for n in graph_def.node}
-    keep = item.keep_nodes
-    ctrl_sources = {node_name(i) for n in graph_def.node for i in n.input if i.startswith("^")}
-
+def _topological_order(graph_def) -> list[str]:
+    """Node names, inputs first; ties in graph order (so equal graphs give equal let names)."""
     order_of = {n.name: i for i, n in enumerate(graph_def.node)}
     dg = nx.DiGraph()
     dg.add_nodes_from(order_of)
     dg.add_edges_from((node_name(i), n.name) for n in graph_def.node for i in n.input)
-    topo = list(nx.lexicographical_topological_sort(dg, key=order_of.__getitem__))
+    return list(nx.lexicographical_topological_sort(dg, key=order_of.__getitem__))
 
-    ing = Ingested(graph_def, [], {}, {}, {}, [], [], {}, {}, {}, [], shapes)
-    weight_ids: dict[bytes, int] = {}
-    commands = ing.commands
 
-    def ref(inp: str):
+class _Ingest:
+    """One pass over the graph in topological order; one method per kind of node (Input, Weight, typed, opaque)."""
+
+    def __init__(self, graph_def, item: GrapplerItem):
+        self.dtypes, shapes = _infer(graph_def)
+        self.ing = Ingested(graph_def=graph_def, shapes=shapes)
+        self.shapes = shapes
+        self.commands = self.ing.commands
+        self.nodes_by_name = {n.name: n for n in graph_def.node}
+        self.keep = item.keep_nodes
+        self.ctrl_sources = {node_name(i) for n in graph_def.node for i in n.input if i.startswith("^")}
+        self.weight_ids: dict[bytes, int] = {}
+        self.squeezed_lets: dict[str, Optional[str]] = {}
+
+    def run(self) -> Ingested:
+        for idx, name in enumerate(_topological_order(self.ing.graph_def)):
+            self._node(idx, self.nodes_by_name[name])
+        return self.ing
+
+    def _node(self, idx: int, node) -> None:
+        ing, name, let_name = self.ing, node.name, f"$n{idx}_"
+        ing.lets[name] = let_name
+        has_ctrl = any(i.startswith("^") for i in node.input) or name in self.ctrl_sources
+        spec = ops.TABLE.get(node.op)
+        literals = None
+        if spec is not None and name not in self.keep and not has_ctrl:
+            literals = _typed_literals(node, spec, self.nodes_by_name, self.shapes)
+
+        if node.op == "Placeholder" and not has_ctrl:
+            is_tuple = self._input(let_name, node)
+        elif node.op == "Const" and not has_ctrl and name not in self.keep:
+            is_tuple = self._weight(let_name, node)
+        elif literals is not None:
+            is_tuple = self._typed(idx, let_name, node, spec, literals)
+        else:
+            is_tuple = self._opaque(let_name, node)
+        self._outputs(idx, let_name, node, is_tuple)
+        if name in self.keep:
+            ing.roots.append(let_name)
+
+    # ------------------------------------------------------------------ one method per kind; each says if it is a tuple
+    def _input(self, let_name: str, node) -> bool:
+        self.ing.inputs[node.name] = node
+        self.commands.append(L.let(let_name, L.call("Input", [L.lit(node.name)])))
+        self.ing.terms[let_name] = Original("Input", (node.name,), ())
+        return False
+
+    def _weight(self, let_name: str, node) -> bool:
+        wid = self._weight_id(node, self.dtypes[node.name][0])
+        self.commands.append(L.let(let_name, L.call("Weight", [L.lit(wid)])))
+        self.ing.terms[let_name] = Original("Weight", (wid,), ())
+        return False
+
+    def _typed(self, idx: int, let_name: str, node, spec: ops.OpSpec, literals: dict) -> bool:
+        ing, commands = self.ing, self.commands
+        data_inputs = [i for i in node.input if not i.startswith("^")]
+        const_pos = spec.const_positions(len(data_inputs))
+        tensor_inputs = [i for p, i in enumerate(data_inputs) if p not in const_pos]
+        lit_args = [L.lit(literals[n]) for n, _ in spec.literals]
+        payload = tuple(literals[n] for n, _ in spec.literals)
+        in_lets = [ing.output_lets[_tensor_name(*_tensor_ref(i))] for i in tensor_inputs]
+        if spec.variadic:
+            # right-nested binary chain; the inner links get their own lets so the emitter can find them
+            inner, inner_let = self._ref(tensor_inputs[-1]), in_lets[-1]
+            for j in range(len(tensor_inputs) - 2, 0, -1):
+                link = f"$n{idx}_c{j}_"
+                commands.append(L.let(link, L.call(spec.term, lit_args + [self._ref(tensor_inputs[j]), inner])))
+                ing.terms[link] = Original(spec.term, payload, (in_lets[j], inner_let))
+                inner, inner_let = L.var(link), link
+            args, kids = lit_args + [self._ref(tensor_inputs[0]), inner], (in_lets[0], inner_let)
+        else:
+            args, kids = lit_args + [self._ref(i) for i in tensor_inputs], tuple(in_lets)
+        ing.terms[let_name] = Original(spec.term, payload, kids, node,
+                                       tuple(node_name(data_inputs[p]) for p in const_pos))
+        if node.op == "Einsum":            # the shape analysis reads the equation through this fact
+            spec_of = einsum.parse(literals["equation"]).spec
+            commands.append(L.set_fn("einsum-spec", [L.lit(literals["equation"])], spec_of))
+        commands.append(L.let(let_name, L.call(spec.term, args)))
+        if node.op in BROADCAST_OPS:
+            squeezed = [self._squeezed_weight(i, tensor_inputs[1 - k]) for k, i in enumerate(tensor_inputs)]
+            if squeezed[0]:                # one operand at a time: the argument needs the other one's rank
+                squeezed[1] = None
+            if any(squeezed):
+                alt = [L.var(sq) if sq else self._ref(i) for sq, i in zip(squeezed, tensor_inputs)]
+                commands.append(L.union(L.var(let_name), L.call(spec.term, lit_args + alt)))
+        return spec.outputs != "one"
+
+    def _opaque(self, let_name: str, node) -> bool:
+        self.ing.opaque[node.name] = node
+        self.ing.opaque_dtypes[node.name] = self.dtypes[node.name]
+        self.commands.append(L.let(let_name, L.call("Op", [L.lit(node.name),
+                                                            L.tlist([self._ref(i) for i in node.input])])))
+        self.ing.terms[let_name] = Original("Op", (node.name,), None)
+        return True
+
+    def _outputs(self, idx: int, let_name: str, node, is_tuple: bool) -> None:
+        """Name every output tensor (an `Out` projection of a tuple) and give it its shape fact."""
+        for k in range(len(self.dtypes[node.name])):
+            tensor = _tensor_name(node.name, k)
+            if is_tuple:
+                out_let = f"$n{idx}_o{k}_"
+                self.commands.append(L.let(out_let, L.call("Out", [L.var(let_name), L.lit(k)])))
+                self.ing.terms[out_let] = Original("Out", (k,), (let_name,))
+            else:
+                out_let = let_name
+            self.ing.output_lets[tensor] = out_let
+            s = self.shapes.get(tensor)
+            if s is not None:
+                self.commands.append(L.set_shape(L.var(out_let), s))
+
+    # ------------------------------------------------------------------ helpers
+    def _ref(self, inp: str):
         """egglog expression for a tensor input or a control input."""
         if inp.startswith("^"):
-            return L.call("Ctl", [L.var(ing.lets[inp[1:]])])
-        return L.var(ing.output_lets[_tensor_name(*_tensor_ref(inp))])
+            return L.call("Ctl", [L.var(self.ing.lets[inp[1:]])])
+        return L.var(self.ing.output_lets[_tensor_name(*_tensor_ref(inp))])
 
-    def add_shape(let_name: str, tensor: str):
-        s = shapes.get(tensor)
-        if s is not None:
-            commands.append(L.set_shape(L.var(let_name), s))
+    def _weight_id(self, node, dtype) -> int:
+        """The Weight id of a Const's content, registering node as its source on first sight."""
+        key = _weight_key(node)
+        if key not in self.weight_ids:
+            self.weight_ids[key] = len(self.ing.weights)
+            self.ing.weights.append(node)
+            self.ing.weight_dtypes.append(dtype)
+        return self.weight_ids[key]
 
-    squeezed_lets: dict[str, Optional[str]] = {}
-
-    def squeezed_weight(inp: str, other: str) -> Optional[str]:
+    def _squeezed_weight(self, inp: str, other: str) -> Optional[str]:
         """Let name of the squeezed form of weight input `inp` of a broadcasting op whose other operand is `other`
         (see BROADCAST_OPS), creating it on first use; None when `inp` has no such form."""
+        ing, shapes = self.ing, self.shapes
         tensor, other_shape = _tensor_name(*_tensor_ref(inp)), shapes.get(_tensor_name(*_tensor_ref(other)))
         shape, let = shapes.get(tensor), ing.output_lets[tensor]
-        if ing.terms[let][0] != "Weight" or shape is None or other_shape is None or len(shape) > len(other_shape):
+        if ing.terms[let].op != "Weight" or shape is None or other_shape is None or len(shape) > len(other_shape):
             return None
         lead = next((k for k, d in enumerate(shape) if d != 1), len(shape))
         if lead == 0:
             return None
-        if let not in squeezed_lets:
-            src = ing.weights[ing.terms[let][1][0]]
+        if let not in self.squeezed_lets:
+            src_id = ing.terms[let].payload[0]
+            src = ing.weights[src_id]
             value = tf.make_ndarray(src.attr["value"].tensor).reshape(shape[lead:])
             new = tf.compat.v1.NodeDef(name=src.name + "/squeezed", op="Const")
-            while new.name in nodes_by_name:
+            while new.name in self.nodes_by_name:
                 new.name += "_"
             new.attr["dtype"].CopyFrom(src.attr["dtype"])
             new.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(value))
-            key = _weight_key(new)
-            if key not in weight_ids:
-                weight_ids[key] = len(ing.weights)
-                ing.weights.append(new)
-                ing.weight_dtypes.append(ing.weight_dtypes[ing.terms[let][1][0]])
+            wid = self._weight_id(new, ing.weight_dtypes[src_id])
             sq = let + "sq_"
-            commands.append(L.let(sq, L.call("Weight", [L.lit(weight_ids[key])])))
-            commands.append(L.set_shape(L.var(sq), shape[lead:]))
-            ing.terms[sq] = ("Weight", (weight_ids[key],), ())
-            squeezed_lets[let] = sq
-        return squeezed_lets[let]
+            self.commands.append(L.let(sq, L.call("Weight", [L.lit(wid)])))
+            self.commands.append(L.set_shape(L.var(sq), shape[lead:]))
+            ing.terms[sq] = Original("Weight", (wid,), ())
+            self.squeezed_lets[let] = sq
+        return self.squeezed_lets[let]
 
-    for idx, name in enumerate(topo):
-        node = nodes_by_name[name]
-        let_name = f"$n{idx}_"
-        ing.lets[name] = let_name
-        has_ctrl = any(i.startswith("^") for i in node.input) or name in ctrl_sources
-        out_dtypes = dtypes[name]
-        spec = ops.TABLE.get(node.op)
-        literals = None
-        if spec is not None and name not in keep and not has_ctrl:
-            literals = _typed_literals(node, spec, nodes_by_name, shapes)
 
-        if node.op == "Placeholder" and not has_ctrl:
-            ing.inputs[name] = node
-            commands.append(L.let(let_name, L.call("Input", [L.lit(name)])))
-            ing.terms[let_name] = ("Input", (name,), ())
-        elif node.op == "Const" and not has_ctrl and name not in keep:
-            key = _weight_key(node)
-            if key not in weight_ids:
-                weight_ids[key] = len(ing.weights)
-                ing.weights.append(node)
-                ing.weight_dtypes.append(out_dtypes[0])
-            commands.append(L.let(let_name, L.call("Weight", [L.lit(weight_ids[key])])))
-            ing.terms[let_name] = ("Weight", (weight_ids[key],), ())
-        elif literals is not None:
-            data_inputs = [i for i in node.input if not i.startswith("^")]
-            const_pos = {c.index % len(data_inputs) for c in spec.const_inputs}
-            tensor_inputs = [i for p, i in enumerate(data_inputs) if p not in const_pos]
-            lit_args = [L.lit(literals[n]) for n, _ in spec.literals]
-            payload = tuple(literals[n] for n, _ in spec.literals)
-            in_lets = [ing.output_lets[_tensor_name(*_tensor_ref(i))] for i in tensor_inputs]
-            if spec.variadic:
-                # right-nested binary chain; the inner links get their own lets so the emitter can find them
-                inner, inner_let = ref(tensor_inputs[-1]), in_lets[-1]
-                for j in range(len(tensor_inputs) - 2, 0, -1):
-                    link = f"$n{idx}_c{j}_"
-                    commands.append(L.let(link, L.call(spec.term, lit_args + [ref(tensor_inputs[j]), inner])))
-                    ing.terms[link] = (spec.term, payload, (in_lets[j], inner_let))
-                    inner, inner_let = L.var(link), link
-                args = lit_args + [ref(tensor_inputs[0]), inner]
-                ing.terms[let_name] = (spec.term, payload, (in_lets[0], inner_let))
-            else:
-                args = lit_args + [ref(i) for i in tensor_inputs]
-                ing.terms[let_name] = (spec.term, payload, tuple(in_lets))
-            if node.op == "Einsum":            # the shape analysis reads the equation through this fact
-                spec_of = einsum.parse(literals["equation"]).spec
-                commands.append(L.set_fn("einsum-spec", [L.lit(literals["equation"])], spec_of))
-            commands.append(L.let(let_name, L.call(spec.term, args)))
-            if node.op in BROADCAST_OPS:
-                squeezed = [squeezed_weight(i, tensor_inputs[1 - k]) for k, i in enumerate(tensor_inputs)]
-                if squeezed[0]:                # one operand at a time: the argument needs the other one's rank
-                    squeezed[1] = None
-                if any(squeezed):
-                    alt = [L.var(sq) if sq else ref(i) for sq, i in zip(squeezed, tensor_inputs)]
-                    commands.append(L.union(L.var(let_name), L.call(spec.term, lit_args + alt)))
-            ing.typed[name] = TypedOrigin(
-                node, spec, tuple(literals[n] for n, _ in spec.literals),
-                tuple(ing.output_lets[_tensor_name(*_tensor_ref(i))] for i in tensor_inputs),
-                tuple(node_name(data_inputs[p]) for p in sorted(const_pos)))
-        else:
-            ing.opaque[name] = node
-            ing.opaque_dtypes[name] = out_dtypes
-            commands.append(L.let(let_name, L.call("Op", [L.lit(name), L.tlist([ref(i) for i in node.input])])))
-            ing.terms[let_name] = ("Op", (name,), None)
-
-        # name every output tensor
-        is_tuple = name in ing.opaque or (spec is not None and name in ing.typed and spec.outputs != "one")
-        for k in range(len(out_dtypes)):
-            tensor = _tensor_name(name, k)
-            if is_tuple:
-                out_let = f"$n{idx}_o{k}_"
-                commands.append(L.let(out_let, L.call("Out", [L.var(let_name), L.lit(k)])))
-                ing.terms[out_let] = ("Out", (k,), (let_name,))
-            else:
-                out_let = let_name
-            ing.output_lets[tensor] = out_let
-            add_shape(out_let, tensor)
-        if name in keep:
-            ing.roots.append(let_name)
-    return ing
+def ingest(graph_def, item: GrapplerItem) -> Ingested:
+    return _Ingest(graph_def, item).run()
 
 
 def load(eg, ing: Ingested) -> None:

@@ -13,7 +13,9 @@ Each iteration:
      e-graph while the rules that fire a few times (the Q/K/V merges) keep running;
   4. if the e-graph now exceeds the node limit, `pop`s (the iteration never happened), bans the rule with the most
      matches in it for good and retries without it; if egglog raised (a rule derived a shape that contradicts TF's,
-     which the `shape` function refuses to merge), pops and bans the rules that raise when run alone for good;
+     which the `shape` function refuses to merge), pops and bans the rules that raise when run alone for good; if
+     none does, or the analysis raises with no rule run, stops with an error (the e-graph is the previous
+     iteration's, but the cause is not a rule's: the pass keeps its input graph);
   5. with a probe (the pass gives one: export + extraction of the current e-graph), stops when the best cost has not
      improved for `patience` iterations: on the transformer exports every gain (the Q/K/V merges) is in the first
      iterations, and what associativity/commutativity add later only makes the ILP slower. The probe starts after
@@ -21,7 +23,7 @@ Each iteration:
      time counts against the time budget but not in the forecast of the next iteration (it is bounded on its own);
   6. stops with a typed reason: saturated (nothing changed and no rule is backed off: as in egg, when only backed-off
      rules are left, their bans are shortened so the earliest one ends now), iteration limit, node limit (nothing
-     left to run under the limit), time limit, or no gain. The time limit is checked before an iteration starts,
+     left to run under the limit), time limit, no gain, or error. The time limit is checked before an iteration starts,
      against the previous iteration's duration scaled by its growth, because an egglog run cannot be interrupted.
 
 The node limit and the time budget scale with the input (`Budget.limits`): a 300-e-node encoder has nothing to gain
@@ -37,13 +39,12 @@ import enum
 import time
 from typing import Optional
 
-from egglog import bindings
-
-from tensat_tf import ops
-from tensat_tf.egraph import language as L
+from tensat_tf import terms
+from tensat_tf.egraph.session import EgglogError, Session
+from tensat_tf.options import Budget
 from tensat_tf.rules import RuleSet, compile_rule, ruleset_name
 
-TERM_FUNCTIONS = frozenset([s.term for s in ops.TABLE.values()] + list(ops.STRUCTURAL))
+TERM_FUNCTIONS = terms.NAMES
 
 
 class StopReason(str, enum.Enum):
@@ -53,32 +54,7 @@ class StopReason(str, enum.Enum):
     NODE_LIMIT = "node_limit"
     TIME_LIMIT = "time_limit"
     NO_GAIN = "no_gain"
-
-
-@dataclasses.dataclass(frozen=True)
-class Budget:
-    iterations: int = 15
-    node_limit: int = 50_000                    # absolute cap on e-nodes
-    seconds: Optional[float] = None             # absolute cap on wall-clock seconds
-    k_multi: int = 1
-    match_limit: Optional[int] = 1_000          # backoff scheduler (egg's defaults); None: no backoff
-    ban_length: int = 5
-    nodes_per_enode: Optional[float] = 20.0     # node limit = max(min_nodes, this x e-nodes of the input), capped
-    min_nodes: int = 2_000
-    seconds_per_enode: Optional[float] = 0.005  # time budget = max(min_seconds, this x e-nodes of the input), capped
-    min_seconds: float = 2.0
-    patience: Optional[int] = 2                 # with a probe: stop after this many iterations without a better cost
-
-    def limits(self, enodes: int) -> tuple[int, Optional[float]]:
-        """(node limit, seconds) for an input of `enodes` e-nodes."""
-        nodes = self.node_limit
-        if self.nodes_per_enode is not None:
-            nodes = min(nodes, max(self.min_nodes, int(self.nodes_per_enode * enodes)))
-        secs = self.seconds
-        if self.seconds_per_enode is not None:
-            scaled = max(self.min_seconds, self.seconds_per_enode * enodes)
-            secs = scaled if secs is None else min(secs, scaled)
-        return nodes, secs
+    ERROR = "error"                     # egglog raised and no rule is to blame (SaturationResult.error says what)
 
 
 class Backoff:
@@ -139,9 +115,10 @@ class SaturationResult:
     node_limit: int = 0                 # the limits this run had (Budget.limits of the input)
     seconds_limit: Optional[float] = None
     backed_off: list = dataclasses.field(default_factory=list)
+    error: Optional[str] = None         # egglog's message when stop_reason is ERROR
 
     def to_json(self) -> dict:
-        return {
+        out = {
             "stop_reason": self.stop_reason.value, "iterations": len(self.iterations),
             "enodes_before": self.enodes_before, "enodes_after_saturation": self.enodes, "banned": self.banned,
             "backed_off": self.backed_off, "node_limit": self.node_limit,
@@ -149,15 +126,9 @@ class SaturationResult:
             "seconds": round(self.seconds, 4),
             "per_iteration": [dataclasses.asdict(i) for i in self.iterations],
         }
-
-
-def _run(eg, text: str):
-    return eg.run_program(*eg.parse_program(text))
-
-
-def _function_sizes(eg) -> dict[str, int]:
-    (out,) = _run(eg, "(print-size)")
-    return dict(out.sizes)
+        if self.error is not None:      # only then: reports of runs without an error keep their bytes
+            out["error"] = self.error
+        return out
 
 
 def _enodes(sizes: dict[str, int]) -> int:
@@ -173,13 +144,21 @@ def _heads(e, out: set) -> set:
     return out
 
 
+_ANALYSIS = "shapes"                    # the analysis ruleset (egraph/language.py)
+
+
+class _NoCulprit(Exception):
+    """egglog raised in an iteration, but no rule raises alone: a saturation error, not a rule to ban."""
+
+
 class Saturator:
     """Rules are compiled into the e-graph lazily, the first time they can match: a rule whose left side names a
     constructor with no e-node (Conv2D rules on BERT) cannot match, and with ~160 rules the per-rule cost of egglog's
     search dominates small graphs. The check is redone every iteration, since right sides add constructors."""
 
     def __init__(self, eg, ruleset: RuleSet, budget: Budget, progress=None, probe=None):
-        self.eg, self.rs, self.budget, self.probe = eg, ruleset, budget, probe
+        self.session = eg if isinstance(eg, Session) else Session(eg)
+        self.rs, self.budget, self.probe = ruleset, budget, probe
         self.progress = progress or (lambda text: None)
         self.counter = 0
         self.loaded: set[str] = set()
@@ -188,47 +167,76 @@ class Saturator:
     def _load(self, names: list[str]) -> None:
         todo = [n for n in names if n not in self.loaded]
         if todo:
-            _run(self.eg, "\n".join(compile_rule(self.rs.by_name(n)) for n in todo))
+            self.session.run_program("\n".join(compile_rule(self.rs.by_name(n)) for n in todo))
             self.loaded.update(todo)
-
-    def _combined(self, names: list[str]) -> str:
-        self.counter += 1
-        name = f"iter_{self.counter}_"
-        _run(self.eg, f"(unstable-combined-ruleset {name} {' '.join(ruleset_name(n) for n in names)})")
-        return name
 
     def _one(self, names: list[str]) -> tuple[dict, bool]:
         """One iteration of `names` plus the analysis. -> (matches per rule, whether the e-graph changed: new e-nodes
-        or unions). May raise (egglog errors)."""
-        combined = self._combined(names)
-        outs = _run(self.eg, f"(run-schedule (run {combined}))")
-        matches: dict = {}
-        updated = False
-        for o in outs:
-            if isinstance(o, bindings.RunScheduleOutput):
-                updated = updated or bool(o.report.updated)
-                for k, v in o.report.num_matches_per_rule.items():
-                    matches[k] = matches.get(k, 0) + int(v)
-        L.run_shapes(self.eg)
-        return matches, updated
+        or unions). Raises EgglogError."""
+        self.counter += 1
+        report = self.session.run(self.session.combine(f"iter_{self.counter}_", [ruleset_name(n) for n in names]))
+        self.session.saturate(_ANALYSIS)
+        return report.matches, report.updated
 
     def _culprits(self, names: list[str]) -> list[str]:
-        """Rules that raise when run alone (each in its own push/pop)."""
+        """Rules that raise when run alone (each in its own push/pop); none when the analysis raises without any rule
+        run (the e-graph itself is inconsistent) or only the rules together raise: not a rule to ban, an error."""
+        with self.session.push():
+            try:
+                self.session.saturate(_ANALYSIS)
+            except EgglogError:
+                return []
         bad = []
         for n in names:
-            _run(self.eg, "(push)")
-            try:
-                self._one([n])
-            except Exception:  # noqa: BLE001 - egglog errors surface as generic exceptions
-                bad.append(n)
-            finally:
-                _run(self.eg, "(pop)")
-        return bad or list(names)
+            with self.session.push():
+                try:
+                    self._one([n])
+                except EgglogError:
+                    bad.append(n)
+        return bad
+
+    def _iteration(self, active: list[str], k: int, node_limit: int, backoff: Backoff, stats: IterationStats,
+                   banned: list[str], backed_off: list[str]) -> Optional[tuple[dict, bool, dict]]:
+        """Iteration k (steps 2-4 of the module docstring): tries `active`, undoing and narrowing it until an attempt
+        is within the budgets. -> (matches, updated, function sizes) of the attempt kept, None if every attempt was
+        undone. Raises _NoCulprit when egglog raised and no rule is to blame."""
+        while active:
+            failure, over = None, []
+            with self.session.push() as frame:
+                try:
+                    matches, updated = self._one(active)
+                except EgglogError as e:
+                    failure = e
+                else:
+                    over = backoff.over({n: c for n, c in matches.items() if n in active}, k)
+                    if not over:
+                        sizes = self.session.sizes()
+                        if _enodes(sizes) <= node_limit:
+                            frame.keep()
+            if frame.kept:
+                return matches, updated, sizes
+            stats.rolled_back += 1
+            if failure is not None:
+                drop = self._culprits(active)
+                if not drop:
+                    raise _NoCulprit(str(failure))
+                banned.extend(drop)
+                stats.banned.extend(drop)
+            elif over:
+                drop = over
+                stats.backed_off.extend(over)
+                backed_off.extend(n for n in over if n not in backed_off)
+            else:                               # over the node limit: ban the rule with the most matches
+                drop = [max(sorted(matches), key=lambda n: matches[n]) if matches else active[0]]
+                banned.extend(drop)
+                stats.banned.extend(drop)
+            active = [n for n in active if n not in drop]
+        return None
 
     def run(self) -> SaturationResult:
         b = self.budget
         t0 = time.perf_counter()
-        sizes = _function_sizes(self.eg)
+        sizes = self.session.sizes()
         size0 = size = _enodes(sizes)
         node_limit, seconds = b.limits(size0)
         banned: list[str] = []                  # for good (node limit, egglog errors)
@@ -239,7 +247,7 @@ class Saturator:
             return SaturationResult(StopReason.NO_RULES, iters, size0, size, banned, 0.0, node_limit, seconds)
         last_secs, growth = 0.0, 1.0
         best, stale = float("inf"), 0           # the probe's best cost so far, iterations since it improved
-        reason = StopReason.ITERATION_LIMIT
+        reason, error = StopReason.ITERATION_LIMIT, None
         for k in range(b.iterations):
             present = {name for name, n in sizes.items() if n > 0}
             runnable = [r.name for r in self.rs.rules if r.name not in banned and (not r.multi or k < b.k_multi)
@@ -258,43 +266,20 @@ class Saturator:
             ti = time.perf_counter()
             self._load(active)
             tl = time.perf_counter()            # compiling rules is a one-off: not in the next iteration's forecast
-            while active:
-                _run(self.eg, "(push)")
-                try:
-                    matches, updated = self._one(active)
-                except Exception:  # noqa: BLE001
-                    _run(self.eg, "(pop)")
-                    stats.rolled_back += 1
-                    for n in self._culprits(active):
-                        banned.append(n)
-                        stats.banned.append(n)
-                    active = [n for n in active if n not in banned]
-                    continue
-                over = backoff.over({n: c for n, c in matches.items() if n in active}, k)
-                if over:
-                    _run(self.eg, "(pop)")
-                    stats.rolled_back += 1
-                    stats.backed_off.extend(over)
-                    backed_off.extend(n for n in over if n not in backed_off)
-                    active = [n for n in active if n not in over]
-                    continue
-                sizes = _function_sizes(self.eg)
-                new_size = _enodes(sizes)
-                if new_size > node_limit:
-                    _run(self.eg, "(pop)")
-                    stats.rolled_back += 1
-                    worst = max(sorted(matches), key=lambda n: matches[n]) if matches else active[0]
-                    banned.append(worst)
-                    stats.banned.append(worst)
-                    active = [n for n in active if n != worst]
-                    continue
+            try:
+                kept = self._iteration(active, k, node_limit, backoff, stats, banned, backed_off)
+            except _NoCulprit as e:
+                reason, error = StopReason.ERROR, str(e)
                 break
-            else:
+            if kept is None:                    # every attempt was undone: the e-graph is the previous iteration's
                 matches, new_size, updated = {}, size, False
-                sizes = _function_sizes(self.eg)
+                sizes = self.session.sizes()
+            else:
+                matches, updated, sizes = kept
+                new_size = _enodes(sizes)
             run_secs = time.perf_counter() - tl
             if updated and k > 0 and self.probe is not None and b.patience is not None:
-                stats.probe_cost = self.probe(self.eg)
+                stats.probe_cost = self.probe(self.session.egraph)
                 if stats.probe_cost is not None and stats.probe_cost < best * (1 - 1e-9):
                     best, stale = stats.probe_cost, 0
                 else:
@@ -320,11 +305,11 @@ class Saturator:
                 reason = StopReason.NODE_LIMIT
                 break
         return SaturationResult(reason, iters, size0, size, banned, time.perf_counter() - t0, node_limit, seconds,
-                                backed_off)
+                                backed_off, error)
 
 
 def saturate(eg, ruleset: RuleSet, budget: Budget = Budget(), progress=None, probe=None) -> SaturationResult:
-    """progress: optional callable taking one line of text per iteration. probe: optional callable taking the e-graph
-    and returning the cost of the best program extractable from it (None if none), called after every iteration that
-    changed the e-graph; saturation stops (NO_GAIN) when it has not improved for `budget.patience` iterations."""
+    """eg: an egglog `bindings.EGraph` or a Session over one. progress: optional callable taking one line of text per
+    iteration. probe: optional callable taking the e-graph (the `bindings.EGraph`) and returning the cost of the best
+    program extractable from it (None if none), called after every iteration that changed the e-graph; saturation stops (NO_GAIN) when it has not improved for `budget.patience` iterations."""
     return Saturator(eg, ruleset, budget, progress, probe).run()

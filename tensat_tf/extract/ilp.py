@@ -1,5 +1,5 @@
-"""ILP extraction (TENSAT §4.3), HiGHS or CBC (milp.py, solvers.py): minimum DAG cost, acyclic, under a hard
-wall-clock limit, stopping once proven within rel_gap (1 % by default) of a lower bound.
+"""ILP extraction (the TENSAT paper, MLSys 2021, §4.3), HiGHS or CBC (milp.py, solvers.py): minimum DAG cost,
+acyclic, under a hard wall-clock limit, stopping once proven within rel_gap (1 % by default) of a lower bound.
 
 Model, on the reduced e-graph (reduce.py):
   x_i in {0,1} per e-node; minimise sum c_i x_i (each chosen node paid once: DAG cost, not tree cost).

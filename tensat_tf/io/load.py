@@ -7,7 +7,7 @@ conversion runs it), and its variables checkpoint is complete and readable. Ever
 (convert, its serving mode, the workers of batch, profile, calibrate) comes through load() here.
 
 Freezing uses convert_variables_to_constants_v2_as_graph(lower_control_flow=False): the default lowers While/If into
-v1 Switch/Merge loops, which are cyclic graphs (research/tf.md §1). The frozen function takes its inputs and returns
+v1 Switch/Merge loops, which are cyclic graphs. The frozen function takes its inputs and returns
 its outputs in sorted-key order (tf.nest flattening of dicts), so the table pairs keys with tensors by that order
 and never by position in the signature.
 """

@@ -1,7 +1,7 @@
 """Write optimized signatures back as a TF2 SavedModel that TF Serving loads unchanged.
 
 One tf.Module holds the weights as variables; one tf.function per signature imports its GraphDef with the variables
-mapped in. Design notes (research/tf.md §3):
+mapped in. Design notes:
   - Consts with >= `min_variable_elements` elements become variables, deduplicated by content across signatures
     (each signature was frozen separately, so the same weight appears once per signature). Their Const nodes are
     replaced by Placeholders before import, or import_graph_def would still copy the constant into the function.

@@ -20,7 +20,7 @@ So the parsed saved_model.pb is scanned first, with protobuf only (nothing of th
     refused like the rest. tf.saved_model.load (TF2) never runs those stored functions: it builds its own restore ops.
   - Attribute-dependent ops: DecodeProtoV2/EncodeProto read a descriptor file unless descriptor_source is
     `local://` or `bytes://...`; only then are they refused.
-`--allow_ops=A,B` lifts the refusal for the named ops only (convert.Options.allow_ops).
+`--allow_ops=A,B` lifts the refusal for the named ops only (tensat_tf/options.py, Options.allow_ops).
 
 The same goes for the files the writer copies into the output: check_assets (below).
 """

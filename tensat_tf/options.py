@@ -1,0 +1,158 @@
+"""The options of a conversion as plain data: `Options` (convert), `EngineOptions` (the e-graph pass) and `Budget`
+(saturation). No TensorFlow or egglog here: the CLI builds and checks them before any work, and `batch` hands them to
+its worker processes as JSON-ready dicts (to_json / from_json).
+
+check() raises the error the CLI reports (tensat_tf/errors.py) for a value that cannot work; the messages name the
+command-line flag, since that is where a user sets it.
+"""
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Callable, Optional, Sequence
+
+from tensat_tf import errors
+
+
+@dataclasses.dataclass(frozen=True)
+class Budget:
+    iterations: int = 15
+    node_limit: int = 50_000                    # absolute cap on e-nodes
+    seconds: Optional[float] = None             # absolute cap on wall-clock seconds
+    k_multi: int = 1
+    match_limit: Optional[int] = 1_000          # backoff scheduler (egg's defaults); None: no backoff
+    ban_length: int = 5
+    nodes_per_enode: Optional[float] = 20.0     # node limit = max(min_nodes, this x e-nodes of the input), capped
+    min_nodes: int = 2_000
+    seconds_per_enode: Optional[float] = 0.005  # time budget = max(min_seconds, this x e-nodes of the input), capped
+    min_seconds: float = 2.0
+    patience: Optional[int] = 2                 # with a probe: stop after this many iterations without a better cost
+
+    def limits(self, enodes: int) -> tuple[int, Optional[float]]:
+        """(node limit, seconds) for an input of `enodes` e-nodes."""
+        nodes = self.node_limit
+        if self.nodes_per_enode is not None:
+            nodes = min(nodes, max(self.min_nodes, int(self.nodes_per_enode * enodes)))
+        secs = self.seconds
+        if self.seconds_per_enode is not None:
+            scaled = max(self.min_seconds, self.seconds_per_enode * enodes)
+            secs = scaled if secs is None else min(secs, scaled)
+        return nodes, secs
+
+
+METHODS, SOLVERS, COST_MODELS = ("ilp", "greedy"), ("auto", "cbc", "highs"), ("analytic", "measured")
+
+
+@dataclasses.dataclass(frozen=True)
+class EngineOptions:
+    enable_rules: Optional[Sequence[str]] = None       # names or families; None: rules.DEFAULT_FAMILIES
+    disable_rules: Sequence[str] = ()
+    rules_files: Sequence[str] = ()
+    budget: Budget = Budget()
+    method: str = "ilp"                                # ilp | greedy
+    ilp_seconds: float = 10.0
+    # saturation stops when an extraction of the e-graph after each iteration, limited to this many seconds, has not
+    # improved for budget.patience iterations (see egraph/saturate.py); 0: no probe
+    probe_seconds: float = 1.0
+    solver: str = "auto"
+    cost_model: str = "analytic"                       # analytic | measured
+    batch_size: int = 1
+    # > 1 multiplies the cost of every original e-node, so extraction takes rewritten forms wherever the e-graph has
+    # them: a soundness check of the rules on a real model (verification must still pass), not an optimization
+    original_cost_factor: float = 1.0
+
+    def check(self) -> "EngineOptions":
+        """Raise errors.BadInput (errors.UnknownName for a rule name) unless these options can run; -> self."""
+        b = self.budget
+        for name, value in (("iterations", b.iterations), ("node_limit", b.node_limit),
+                            ("batch_size", self.batch_size), ("ban_length", b.ban_length),
+                            ("patience", 1 if b.patience is None else b.patience)):
+            if value < 1:
+                raise errors.BadInput(f"--{name} must be >= 1")
+        if (b.match_limit is not None and b.match_limit < 0) or self.probe_seconds < 0:
+            raise errors.BadInput("--match_limit and --probe_seconds must be >= 0")
+        if (b.seconds is not None and b.seconds <= 0) or self.ilp_seconds <= 0:
+            raise errors.BadInput("--saturation_seconds and --ilp_seconds must be > 0")
+        for name, value, allowed in (("method", self.method, METHODS), ("solver", self.solver, SOLVERS),
+                                     ("cost_model", self.cost_model, COST_MODELS)):
+            if value not in allowed:
+                raise errors.BadInput(f"--{name} must be one of {', '.join(allowed)}: {value!r}")
+        from tensat_tf import rules as rules_mod     # the rule files are read here: imports neither TF nor egglog
+        try:
+            rules_mod.select(self.enable_rules, self.disable_rules, self.rules_files)
+        except rules_mod.UnknownRule as e:
+            raise errors.UnknownName(str(e)) from None
+        except (OSError, rules_mod.RuleSyntaxError) as e:
+            raise errors.BadInput(f"--rules_file: {e}") from None
+        return self
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+    signatures: Optional[Sequence[str]] = None
+    overwrite: bool = False
+    canonicalize: bool = True
+    fold_shapes: bool = True            # passes/shapes.py: shape plumbing the symbolic shapes determine -> constants
+    verify_batch_sizes: Sequence[int] = (1, 4)
+    seed: int = 0
+    rtol: Optional[float] = None
+    min_variable_elements: int = 1024
+    tags: Sequence[str] = ("serve",)
+    allow_ops: Sequence[str] = ()       # ops with effects outside the graph to accept anyway (tensat_tf/io/scan.py)
+    engine: EngineOptions = EngineOptions()
+    profile: bool = False               # time original vs optimized; publish the original graph when not faster
+    profile_batch_sizes: Optional[Sequence[int]] = None     # None: 1 and verify_batch_sizes
+    profile_threads: Sequence[int] = (1, 0)     # 1: one intra-op + one inter-op thread; 0: TF's default pools
+    profile_seconds: float = 8.0        # measuring time per signature (tensat_tf/profile.py decide)
+    profile_margin: float = 0.02        # "faster" needs the interval's low end above 1 + margin (speedup.py)
+    # deployment extras (tensat_tf/serving.py, tensat_tf/onnx_export.py), written and checked before publishing
+    warmup: bool = False                # assets.extra/tf_serving_warmup_requests, replayed through the TF1 loader
+    warmup_model_name: Optional[str] = None     # model_spec.name of the warm-up requests; None: warmup_name()
+    emit_onnx: bool = False             # OUTPUT_DIR.onnx beside the output, checked with onnxruntime
+    onnx_signature: Optional[str] = None
+    # called with the name of each stage as it starts; not data: to_json leaves it out, a worker has none
+    progress: Optional[Callable[[str], None]] = dataclasses.field(default=None, compare=False)
+
+    def warmup_name(self, output_dir: str) -> str:
+        """model_spec.name of the warm-up requests: warmup_model_name, else the output folder's name."""
+        return self.warmup_model_name or os.path.basename(os.path.abspath(output_dir).rstrip("/")) or "model"
+
+    def check(self) -> "Options":
+        """Raise the CLI's error (errors.BadInput, errors.UnknownName) unless these options can run; -> self."""
+        self.engine.check()
+        threads, batch_sizes = self.profile_threads, self.profile_batch_sizes
+        if not threads or min(threads) < 0 or (batch_sizes and min(batch_sizes) < 1):
+            raise errors.BadInput("--profile_threads needs at least one setting, and batch sizes must be positive")
+        if self.profile_seconds <= 0 or self.profile_margin < 0:
+            raise errors.BadInput("--profile_seconds must be positive and --profile_margin not negative")
+        return self
+
+    def to_json(self) -> dict:
+        """Everything but `progress`, as JSON types (sequences become lists); from_json reads it back."""
+        return _plain({f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "progress"})
+
+    @classmethod
+    def from_json(cls, data: dict) -> "Options":
+        data = {k: _tuples(v) for k, v in data.items()}
+        engine = dict(data.pop("engine", {}))
+        engine["budget"] = Budget(**engine.pop("budget", {}))
+        return cls(engine=EngineOptions(**engine), **data)
+
+
+def _plain(value):
+    if dataclasses.is_dataclass(value):
+        return {f.name: _plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def _tuples(value):
+    """JSON lists back into the tuples the dataclasses hold (a list field would also make them unhashable)."""
+    if isinstance(value, dict):
+        return {k: _tuples(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return tuple(_tuples(v) for v in value)
+    return value
