@@ -8,7 +8,6 @@ returns the input graph unchanged (and says why in its stats).
 from __future__ import annotations
 
 import dataclasses
-import time
 from collections import Counter
 from typing import Optional
 
@@ -25,7 +24,7 @@ from tensat_tf.egraph.saturate import StopReason, saturate
 from tensat_tf.extract import NoExtraction, dag, extract
 from tensat_tf.item import GrapplerItem
 from tensat_tf.options import EngineOptions
-from tensat_tf.rules.compile import constructor_sorts
+from tensat_tf.stopwatch import Stopwatch
 from tensat_tf.rules.syntax import is_var
 
 NAME = "tensat"
@@ -46,13 +45,16 @@ class TensatStats:
     kept_input: str = ""                               # why the input graph was returned unchanged ("" if not)
     timing_s: dict = dataclasses.field(default_factory=dict)
 
-    @property
-    def extraction_method(self) -> str:
-        return self.extraction.get("method", "original")
-
-    @property
-    def extraction_status(self) -> str:
-        return self.extraction.get("status", "optimal")
+    def to_json(self) -> dict:
+        """The report's view of one signature's e-graph work (convert's JSON report, tensat_tf/convert.py)."""
+        return {
+            "egraph": {"enodes": self.enodes, "eclasses": self.eclasses, "iterations": self.iterations,
+                       "stop_reason": self.stop_reason, "typed_nodes": self.typed_nodes,
+                       "opaque_nodes": self.opaque_nodes, "cycle_blacklisted": self.blacklisted,
+                       "saturation": self.saturation, "timing_s": self.timing_s},
+            "extraction": dict(self.extraction, kept_input=self.kept_input),
+            "rules_applied": self.rules_applied,
+        }
 
 
 def _matches(g: EGraphData, choice: dict, pattern, c: int, depth: int = 4) -> bool:
@@ -64,7 +66,7 @@ def _matches(g: EGraphData, choice: dict, pattern, c: int, depth: int = 4) -> bo
     n = g.nodes[choice[c]] if c in choice else None
     if n is None or n.op != pattern[0]:
         return False
-    sorts = constructor_sorts(pattern[0]) or []
+    sorts = terms.arg_sorts(pattern[0]) or []
     lits = iter(n.payload or ())
     kids = iter(n.children)
     for arg, sort in zip(pattern[1:], sorts):
@@ -102,8 +104,16 @@ class TensatPass:
         self.options = options
         self.progress = progress or (lambda text: None)
         self.stats: Optional[TensatStats] = None
-        self.input_graph = None
         self.ruleset = rules_mod.select(options.enable_rules, options.disable_rules, options.rules_files)
+
+    def _priced(self, exp, model, orig_ids: set, blacklist) -> EGraphData:
+        """The exported e-graph with the cost model's prices (original e-nodes scaled by original_cost_factor) and
+        the cycle blacklist: what extraction solves, in the probe and at the end."""
+        g, factor = exp.egraph, self.options.original_cost_factor
+        costs = model.costs(exp)
+        if factor != 1.0:
+            costs = [c * factor + 1e-3 if i in orig_ids else c for i, c in enumerate(costs)]
+        return EGraphData(g.with_costs(costs).nodes, g.classes, g.roots, blacklist)
 
     def _probe(self, ing, model):
         """The saturation probe: the DAG cost the extractor finds in the e-graph as it is now (the same export, cycle
@@ -112,12 +122,8 @@ class TensatPass:
 
         def probe(eg):
             exp = export_mod.export(eg, ing.roots)
-            g = exp.egraph
             orig_ids = set(emit_mod.original_nodes(ing, exp).values())
-            costs = model.costs(exp)
-            if o.original_cost_factor != 1.0:
-                costs = [c * o.original_cost_factor + 1e-3 if i in orig_ids else c for i, c in enumerate(costs)]
-            g = EGraphData(g.with_costs(costs).nodes, g.classes, g.roots, cycles.cycle_blacklist(g, orig_ids))
+            g = self._priced(exp, model, orig_ids, cycles.cycle_blacklist(exp.egraph, orig_ids))
             try:
                 return extract(g, o.method, o.probe_seconds, o.solver).dag_cost
             except NoExtraction:
@@ -126,16 +132,10 @@ class TensatPass:
 
     def optimize(self, graph_def, item: GrapplerItem):
         o = self.options
-        self.input_graph = graph_def           # what convert --profile falls back to
         stats = self.stats = TensatStats()
-        t = time.perf_counter()
-
-        def lap(stage):
-            nonlocal t
-            now = time.perf_counter()
-            stats.timing_s[stage] = round(now - t, 4)
-            t = now
-
+        watch = Stopwatch()
+        stats.timing_s = watch.seconds
+        lap = watch.lap
         ing = ingest_mod.ingest(graph_def, item)
         eg = language.new_egraph()
         ingest_mod.load(eg, ing)
@@ -158,10 +158,7 @@ class TensatPass:
         black = cycles.cycle_blacklist(g, orig_ids)
         stats.blacklisted = len(black)
         lap("cycles")
-        costs = model.costs(exp)
-        if o.original_cost_factor != 1.0:
-            costs = [c * o.original_cost_factor + 1e-3 if i in orig_ids else c for i, c in enumerate(costs)]
-        g = EGraphData(g.with_costs(costs).nodes, g.classes, g.roots, black)
+        g = self._priced(exp, model, orig_ids, black)
         lap("cost")
         cost_before = dag.dag_cost(g, orig_choice)
         ex = {"method": o.method, "cost_before": round(cost_before, 6)}

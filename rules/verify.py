@@ -23,6 +23,7 @@ import tensorflow as tf
 from tensat_tf import ops, terms
 from tensat_tf.egraph import language as L
 from tensat_tf.egraph import nodedef
+from tensat_tf.egraph.session import Session
 from tensat_tf.rules.compile import compile_rule, constructor_sorts, ruleset_name, var_sorts
 from tensat_tf.rules.syntax import Binding, Rule, is_var, to_text
 
@@ -129,14 +130,6 @@ def _leaves_program(binding: Binding, weights: frozenset) -> str:
     return "\n".join(lines)
 
 
-def _holds(eg, fact: str) -> bool:
-    try:
-        eg.run_program(*eg.parse_program(f"(check {fact})"))
-        return True
-    except Exception:  # noqa: BLE001 - egglog reports a failed check as an exception
-        return False
-
-
 def fires(rule: Rule, binding: Binding, weights: Optional[frozenset] = None) -> tuple[bool, list, list]:
     """Run the compiled rule on its instantiated left sides. -> (fired, lhs trees, rhs trees)."""
     weights = binding.weights if weights is None else weights
@@ -154,7 +147,7 @@ def fires(rule: Rule, binding: Binding, weights: Optional[frozenset] = None) -> 
     except IndexError:      # a right-side literal reads a dim past the rank: egglog's vec-get fails the match too
         return False, lhs, []
     eg.run_program(*eg.parse_program("\n".join(f"(let $R{k}_ {egglog_text(t)})" for k, t in enumerate(rhs))))
-    fired = all(_holds(eg, f"(= $L{k}_ $R{k}_)") for k in range(len(lhs)))
+    fired = all(Session(eg).check(f"(= $L{k}_ $R{k}_)") for k in range(len(lhs)))
     return fired, lhs, rhs
 
 
@@ -164,7 +157,8 @@ def rhs_shapes_derived(rhs: list, binding: Binding, expected: list[tuple]) -> bo
     prog += [f"(let $R{k}_ {egglog_text(t)})" for k, t in enumerate(rhs)]
     prog.append("(run-schedule (saturate (run shapes)))")
     eg.run_program(*eg.parse_program("\n".join(prog)))
-    return all(_holds(eg, f"(= (shape $R{k}_) (vec-of {' '.join(map(str, s))}))") for k, s in enumerate(expected))
+    return all(Session(eg).check(f"(= (shape $R{k}_) (vec-of {' '.join(map(str, s))}))")
+               for k, s in enumerate(expected))
 
 
 # ------------------------------------------------------------------ TF side

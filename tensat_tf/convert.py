@@ -8,8 +8,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
-import time
 from collections import Counter
+from typing import Callable
 
 import tensorflow as tf
 
@@ -20,22 +20,38 @@ from tensat_tf.io import save as save_mod
 from tensat_tf.options import Options
 from tensat_tf.passes import canonicalize, pipeline, shapes
 from tensat_tf.passes.tensat import TensatPass
+from tensat_tf.stopwatch import Stopwatch
 
 
 def _ops(graph_def) -> dict[str, int]:
     return dict(sorted(Counter(n.op for n in graph_def.node).items()))
 
 
-def _write_and_verify(staged, model, graphs, path, options, report, lap, t):
+@dataclasses.dataclass
+class _Run:
+    """One conversion's state, shared by the stages below: what was loaded, the graphs to write, the report being
+    filled, the stopwatch and the progress callback."""
+    path: str                   # the SavedModel folder (the zoo's cache folder for zoo:NAME)
+    output_dir: str
+    options: Options
+    model: object = None        # tensat_tf/io/load.py Loaded
+    graphs: dict = dataclasses.field(default_factory=dict)
+    report: dict = dataclasses.field(default_factory=dict)
+    watch: Stopwatch = dataclasses.field(default_factory=Stopwatch)
+    stage: Callable[[str], None] = lambda text: None
+
+
+def _write_and_verify(run: _Run, staged: str) -> None:
     """Write the SavedModel into `staged`, load it back and verify it against the original signatures."""
-    save_mod.write_saved_model(staged, model.signatures, graphs, path, options.min_variable_elements)
-    t = lap("save", t)
+    model, options, report = run.model, run.options, run.report
+    save_mod.write_saved_model(staged, model.signatures, run.graphs, run.path, options.min_variable_elements)
+    run.watch.lap("save")
     reloaded = tf.saved_model.load(staged)
     pairs = [(name, sig.inputs, sig.outputs, sig.function, reloaded.signatures[name],
               (sig.call_frozen, verify_mod.rounding_twin(sig.graph_def, sig.inputs, sig.outputs)))
              for name, sig in sorted(model.signatures.items())]
     result = verify_mod.verify(pairs, options.verify_batch_sizes, options.seed, options.rtol)
-    t = lap("verify", t)
+    run.watch.lap("verify")
     for name in report["signatures"]:
         mine = {k: v for k, v in result.per_output.items() if k.startswith(name + "/")}
         report["signatures"][name]["verification"] = {
@@ -52,7 +68,6 @@ def _write_and_verify(staged, model, graphs, path, options, report, lap, t):
         raise errors.VerificationFailed(
             f"verification failed for {', '.join(bad)} (max relative difference {result.max_rel_diff:.3g}); "
             f"nothing was written")
-    return t
 
 
 def profile_batch_sizes(options: Options) -> list[int]:
@@ -61,13 +76,14 @@ def profile_batch_sizes(options: Options) -> list[int]:
     return sorted({1, *(int(b) for b in options.verify_batch_sizes)})
 
 
-def _profile(source: str, staged: str, model, graphs: dict, options: Options, report: dict) -> list[str]:
+def _profile(run: _Run, staged: str) -> list[str]:
     """Time original vs optimized per signature in every setting (batch sizes x thread settings, clean worker
     processes, tensat_tf/profile.py decide); -> the signatures to publish as the original graph: those not measured
     faster ("faster" in at least one setting, "slower" in none, tensat_tf/speedup.py keep)."""
     import hashlib
 
     from tensat_tf import profile as profile_mod
+    model, graphs, options, report = run.model, run.graphs, run.options, run.report
     kept, seen = [], {}
     for name in sorted(model.signatures):
         entry, sig = report["signatures"][name], model.signatures[name]
@@ -85,7 +101,7 @@ def _profile(source: str, staged: str, model, graphs: dict, options: Options, re
         else:
             seen[key] = name
             try:
-                r = profile_mod.decide([source, staged], name, profile_batch_sizes(options), options.profile_threads,
+                r = profile_mod.decide([run.path, staged], name, profile_batch_sizes(options), options.profile_threads,
                                        margin=options.profile_margin, seconds=options.profile_seconds)
                 keep = r.pop("keep")
                 ratios = [s["decision"]["ratio"] for s in r["settings"] if s["decision"]["ratio"] is not None]
@@ -108,62 +124,55 @@ def original_graph(sig):
     return save_mod.rename_functions(sig.graph_def, "original")
 
 
-def _deploy_extras(staged, output_dir, model, graphs, options: Options, report: dict, stage, lap, t):
+def _deploy_extras(run: _Run, staged: str):
     """Warm-up records (into the staged folder) and the ONNX file (a temporary file beside it), both checked;
-    -> (the pending ONNX file to commit after publishing, or None; t)."""
+    -> the pending ONNX file to commit after publishing, or None."""
+    model, options, report, graphs = run.model, run.options, run.report, run.graphs
     tolerances = serving.tolerances(report)
     if options.warmup:
-        stage("writing warm-up records and replaying them through the TF1 loader")
+        run.stage("writing warm-up records and replaying them through the TF1 loader")
         report["warmup"] = serving.write_warmup(staged, model, options.verify_batch_sizes, options.seed,
-                                                options.warmup_name(output_dir), tolerances, options.tags)
-        t = lap("warmup", t)
+                                                options.warmup_name(run.output_dir), tolerances, options.tags)
+        run.watch.lap("warmup")
     if not options.emit_onnx:
-        return None, t
-    stage("exporting ONNX and checking it with onnxruntime")
+        return None
+    run.stage("exporting ONNX and checking it with onnxruntime")
     name = onnx_export.pick_signature(list(graphs), options.onnx_signature)
     profile = None if not options.profile else {
         "batch_sizes": profile_batch_sizes(options), "threads": list(options.profile_threads),
         "seconds": options.profile_seconds, "margin": options.profile_margin}
     published = (report["signatures"][name].get("profile") or {}).get("published")
-    pending, report["onnx"] = onnx_export.emit(output_dir, staged, model, graphs, options.verify_batch_sizes,
+    pending, report["onnx"] = onnx_export.emit(run.output_dir, staged, model, graphs, options.verify_batch_sizes,
                                                options.seed, options.onnx_signature, tolerances, profile,
                                                original_published=published == "original")
-    return pending, lap("onnx", t)
+    run.watch.lap("onnx")
+    return pending
 
 
 def convert(src: str, output_dir: str, options: Options = Options()) -> dict:
     """Convert the SavedModel at `src` (or `zoo:NAME`) into `output_dir`; returns the JSON report (a dict)."""
-    t_start = time.perf_counter()
-    timing: dict[str, float] = {}
-
-    def lap(stage: str, t0: float) -> float:
-        now = time.perf_counter()
-        timing[stage] = round(timing.get(stage, 0.0) + now - t0, 4)
-        return now
-
-    stage = options.progress or (lambda text: None)
-    t = time.perf_counter()
+    run = _Run(path=src, output_dir=output_dir, options=options, stage=options.progress or (lambda text: None))
+    watch, stage = run.watch, run.stage
     stage("loading " + src)
     if src.startswith("zoo:"):
         from tensat_tf import zoo
         try:
-            path = zoo.resolve(src)
+            run.path = zoo.resolve(src)
         except zoo.UnknownModel as e:
             raise errors.UnknownName(str(e)) from None
-        t = lap("zoo_build", t)
-    else:
-        path = src
+        watch.lap("zoo_build")
     save_mod.check_output_dir(output_dir, options.overwrite)
     if options.emit_onnx:
         onnx_export.check_target(output_dir, options.overwrite)
-    model = load_mod.load(path, tags=options.tags, only=options.signatures, allow_ops=options.allow_ops)
+    model = run.model = load_mod.load(run.path, tags=options.tags, only=options.signatures,
+                                      allow_ops=options.allow_ops)
     verify_mod.check_original(model, options.verify_batch_sizes, options.seed)    # before the work: OriginalFails
     if options.emit_onnx:
         onnx_export.pick_signature(list(model.signatures), options.onnx_signature)    # fail before the work
-    t = lap("load_freeze", t)
+    watch.lap("load_freeze")
 
-    report = {"source": src, "output_dir": output_dir, "signatures": {}, "skipped_signatures": model.skipped}
-    graphs = {}
+    report = run.report = {"source": src, "output_dir": output_dir, "signatures": {},
+                           "skipped_signatures": model.skipped}
     for i, (name, sig) in enumerate(sorted(model.signatures.items())):
         stage(f"optimizing signature {name} ({i + 1}/{len(model.signatures)}): canonicalize, saturate, extract")
         tensat_pass = TensatPass(options.engine, progress=lambda text, name=name: stage(f"signature {name}: {text}"))
@@ -171,8 +180,8 @@ def convert(src: str, output_dir: str, options: Options = Options()) -> dict:
                   + [tensat_pass])
         out, results = pipeline.run(sig.graph_def, sig.item, passes)
         for r in results:
-            timing[r.name] = round(timing.get(r.name, 0.0) + r.seconds, 4)
-        graphs[name] = out
+            watch.add(r.name, r.seconds)
+        run.graphs[name] = out
         stats = tensat_pass.stats
         report["signatures"][name] = {
             "inputs": {s.key: {"dtype": s.dtype.name, "shape": s.shape} for s in sig.inputs},
@@ -182,35 +191,29 @@ def convert(src: str, output_dir: str, options: Options = Options()) -> dict:
             "ops_before": _ops(sig.graph_def),
             "ops_after": _ops(out),
             "passes": [dataclasses.asdict(r) for r in results],
-            "egraph": None if stats is None else {
-                "enodes": stats.enodes, "eclasses": stats.eclasses, "iterations": stats.iterations,
-                "stop_reason": stats.stop_reason, "typed_nodes": stats.typed_nodes,
-                "opaque_nodes": stats.opaque_nodes, "cycle_blacklisted": stats.blacklisted,
-                "saturation": stats.saturation, "timing_s": stats.timing_s},
-            "extraction": None if stats is None else dict(stats.extraction, kept_input=stats.kept_input),
-            "rules_applied": {} if stats is None else stats.rules_applied,
+            **(stats.to_json() if stats is not None else {"egraph": None, "extraction": None, "rules_applied": {}}),
         }
-    t = time.perf_counter()
+    watch.skip()         # the passes' own seconds are counted above
 
     with save_mod.staging_dir(output_dir) as staged:
         stage("saving and verifying")
-        t = _write_and_verify(staged, model, graphs, path, options, report, lap, t)
+        _write_and_verify(run, staged)
         if options.profile:
             stage("profiling original vs optimized")
-            kept = _profile(path, staged, model, graphs, options, report)
-            t = lap("profile", t)
+            kept = _profile(run, staged)
+            watch.lap("profile")
             if kept:
                 # the optimized graph of these signatures is not measured faster: publish the user's graph (the
                 # original signature frozen, before any clean-up), through the same writer and verification
                 for name in kept:
-                    graphs[name] = original_graph(model.signatures[name])
-                    report["signatures"][name]["nodes_after"] = len(graphs[name].node)
-                    report["signatures"][name]["ops_after"] = _ops(graphs[name])
+                    run.graphs[name] = original_graph(model.signatures[name])
+                    report["signatures"][name]["nodes_after"] = len(run.graphs[name].node)
+                    report["signatures"][name]["ops_after"] = _ops(run.graphs[name])
                 for entry in os.listdir(staged):
                     p = os.path.join(staged, entry)
                     shutil.rmtree(p) if os.path.isdir(p) else os.remove(p)
-                t = _write_and_verify(staged, model, graphs, path, options, report, lap, t)
-        pending, t = _deploy_extras(staged, output_dir, model, graphs, options, report, stage, lap, t)
+                _write_and_verify(run, staged)
+        pending = _deploy_extras(run, staged)
         try:
             stage("publishing " + output_dir)
             serving.normal_permissions(staged)
@@ -220,7 +223,6 @@ def convert(src: str, output_dir: str, options: Options = Options()) -> dict:
         finally:
             if pending is not None:
                 pending.discard()
-        lap("publish", t)
-    timing["total"] = round(time.perf_counter() - t_start, 4)
-    report["timing_s"] = timing
+        watch.lap("publish")
+    report["timing_s"] = dict(watch.seconds, total=watch.total())
     return report

@@ -78,10 +78,14 @@ class OpSpec:
     def output_sort(self) -> str:
         return "Tensor" if self.outputs == "one" else "TTuple"
 
+    def const_slots(self, n_data_inputs: int) -> dict:
+        """Position among a node's n_data_inputs data inputs -> the folded Const input there (a ConstInput index may
+        count from the end: ConcatV2's axis is its last input whatever N is)."""
+        return {c.index % n_data_inputs: c for c in self.const_inputs}
+
     def const_positions(self, n_data_inputs: int) -> list[int]:
-        """Positions, among a node's n_data_inputs data inputs, of its folded Const inputs (a ConstInput index may
-        count from the end: ConcatV2's axis is its last input whatever N is), in increasing order."""
-        return sorted({c.index % n_data_inputs for c in self.const_inputs})
+        """The positions of const_slots, in increasing order."""
+        return sorted(self.const_slots(n_data_inputs))
 
 
 # ---------------------------------------------------------------------------------------------- shape helpers

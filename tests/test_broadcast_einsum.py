@@ -12,6 +12,7 @@ from tensorflow.python.framework import convert_to_constants
 from tensat_tf import einsum, rules
 from tensat_tf.cost import analytic
 from tensat_tf.egraph import emit, export, ingest, language
+from tensat_tf.egraph.session import Session
 from tensat_tf.item import GrapplerItem
 from conftest import run_graph
 
@@ -32,11 +33,7 @@ def loaded(gd, item):
 
 
 def holds(eg, fact):
-    try:
-        eg.run_program(*eg.parse_program(f"(check {fact})"))
-        return True
-    except Exception:  # noqa: BLE001 - egglog reports a failed check as an exception
-        return False
+    return Session(eg).check(fact)
 
 
 # ------------------------------------------------------------------ equations

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from tensat_tf.egraph import language as L
+from tensat_tf import terms
 from tensat_tf.egraph.data import EGraphData, ENode
 
 
@@ -55,9 +55,9 @@ def export(eg, roots_lets: list[str]) -> Exported:
         if name == "Made":
             made_rows = f
             continue
-        if f.is_let_binding or f.output_sort not in L.TERM_SORTS:
+        if f.is_let_binding or f.output_sort not in terms.TERM_SORTS:
             continue
-        decoders = [None if s in L.TERM_SORTS else _decoder(eg, s) for s in f.input_sorts]
+        decoders = [None if s in terms.TERM_SORTS else _decoder(eg, s) for s in f.input_sorts]
         for row in f.rows:
             if row.subsumed:
                 continue
@@ -70,7 +70,7 @@ def export(eg, roots_lets: list[str]) -> Exported:
             nodes.append(ENode(name, cid(f.output_sort, row.output), tuple(children), 0.0, tuple(payload)))
 
     lets = {name: cid(f.output_sort, f.rows[0].output) for name, f in functions
-            if f.is_let_binding and f.output_sort in L.TERM_SORTS and f.rows}
+            if f.is_let_binding and f.output_sort in terms.TERM_SORTS and f.rows}
     shapes = {}
     if shape_rows is not None:
         dec = _decoder(eg, shape_rows.output_sort)

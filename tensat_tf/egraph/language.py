@@ -27,7 +27,6 @@ import logging
 from egglog import bindings
 
 from tensat_tf import ops, terms
-from tensat_tf.terms import TERM_SORTS  # noqa: F401  (read by tensat_tf/egraph/export.py as L.TERM_SORTS)
 
 # egglog's Rust core logs every command it runs (whole programs) at INFO through Python logging; keep it to warnings.
 for _name in ("egglog", "egglog_bridge", "egglog_ast", "egglog_core_relations", "egglog_numeric_id"):
@@ -40,7 +39,7 @@ def _constructor(c: terms.Constructor) -> str:
 
 # The sorts and structural constructors come from tensat_tf/terms.py, the typed ones are added by program().
 _PRELUDE = "\n(sort IVec (Vec i64))\n" + "\n".join(
-    [f"(datatype {s})" for s in TERM_SORTS] + [_constructor(c) for c in terms.STRUCTURAL]) + """
+    [f"(datatype {s})" for s in terms.TERM_SORTS] + [_constructor(c) for c in terms.STRUCTURAL]) + """
 (function shape (Tensor) IVec :no-merge)
 (relation IsConst (Tensor))
 (relation Made (Tensor String))

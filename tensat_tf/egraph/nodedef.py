@@ -47,13 +47,14 @@ def build(spec: ops.OpSpec, payload: tuple, name: str, in_names: list[str],
     node.attr["T"].type = dtype.as_datatype_enum
     n_in = len(in_names) + len(spec.const_inputs)
     consts, extra = {}, []
+    position = {c.name: p for p, c in spec.const_slots(n_in).items()}
     for c in spec.const_inputs:
         value = values[c.name]
         if c.kind == "pairs":
             value = [value[i:i + 2] for i in range(0, len(value), 2)]
         const = int_const(f"{name}/{c.name}", value)
         extra.append(const)
-        consts[c.index % n_in] = const.name
+        consts[position[c.name]] = const.name
     it = iter(in_names)
     node.input.extend(consts[p] if p in consts else next(it) for p in range(n_in))
     if spec.variadic:
