@@ -78,11 +78,11 @@ def profile_batch_sizes(options: Options) -> list[int]:
 
 def _profile(run: _Run, staged: str) -> list[str]:
     """Time original vs optimized per signature in every setting (batch sizes x thread settings, clean worker
-    processes, tensat_tf/profile.py decide); -> the signatures to publish as the original graph: those not measured
+    processes, tensat_tf/latency.py decide); -> the signatures to publish as the original graph: those not measured
     faster ("faster" in at least one setting, "slower" in none, tensat_tf/speedup.py keep)."""
     import hashlib
 
-    from tensat_tf import profile as profile_mod
+    from tensat_tf import latency
     model, graphs, options, report = run.model, run.graphs, run.options, run.report
     kept, seen = [], {}
     for name in sorted(model.signatures):
@@ -101,14 +101,14 @@ def _profile(run: _Run, staged: str) -> list[str]:
         else:
             seen[key] = name
             try:
-                r = profile_mod.decide([run.path, staged], name, profile_batch_sizes(options), options.profile_threads,
+                r = latency.decide([run.path, staged], name, profile_batch_sizes(options), options.profile_threads,
                                        margin=options.profile_margin, seconds=options.profile_seconds)
                 keep = r.pop("keep")
                 ratios = [s["decision"]["ratio"] for s in r["settings"] if s["decision"]["ratio"] is not None]
                 # speedup: the smallest median ratio over the settings (tensat_tf/batch.py reads it)
                 entry["profile"] = dict(r, speedup=min(ratios) if ratios else None, faster=keep, kept_original=not keep,
                                         published="optimized" if keep else "original")
-            except profile_mod.ProfileError as e:
+            except latency.ProfileError as e:
                 entry["profile"] = {"error": str(e), "kept_original": True, "published": "original",
                                     "reason": "profiling failed"}
         if entry["profile"]["kept_original"]:

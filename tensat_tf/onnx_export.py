@@ -9,7 +9,7 @@ file inside it. Reasons:
     that syncs the version folder, and the writer copies assets.extra/ from source to output, so a later
     conversion of that version would carry a stale model.onnx into the next one.
 With convert --profile the file follows the SavedModel's rule (never slower): tf2onnx's conversion of the user's
-original signature is checked against the original and timed against ours under ONNX Runtime (tensat_tf/profile.py
+original signature is checked against the original and timed against ours under ONNX Runtime (tensat_tf/latency.py
 decide: paired blocks, every profile batch size and thread setting, tensat_tf/speedup.py), and ours is written only
 when measured faster; the report's onnx.profile says which file was written, why, and the ratios. A signature that
 publishes its original graph gives the original's conversion anyway.
@@ -152,10 +152,10 @@ def _write_temp(final: str, data: bytes) -> Pending:
 
 
 def _race(sig, ours: Pending, original_fn, batch_sizes, seed, tolerances, staged: str, profile: dict):
-    """tf2onnx's conversion of the user's original signature against ours under ONNX Runtime (tensat_tf/profile.py
+    """tf2onnx's conversion of the user's original signature against ours under ONNX Runtime (tensat_tf/latency.py
     decide: paired blocks, every batch size and thread setting); -> (the Pending to publish, (its ModelProto and
     check result) when it is the original's, the report entry)."""
-    from tensat_tf import profile as profile_mod
+    from tensat_tf import latency
     try:
         theirs_model = convert_signature(sig, sig.graph_def)
     except errors.ExportFailed as e:
@@ -169,10 +169,10 @@ def _race(sig, ours: Pending, original_fn, batch_sizes, seed, tolerances, staged
             theirs.discard()
             return ours, None, {"published": "optimized", "reason": f"the original's conversion fails its check: {e}"}
         try:
-            r = profile_mod.decide([], sig.name, profile["batch_sizes"], profile["threads"],
+            r = latency.decide([], sig.name, profile["batch_sizes"], profile["threads"],
                                    onnx=[theirs.tmp, ours.tmp], spec_path=staged, margin=profile["margin"],
                                    seconds=profile["seconds"])
-        except profile_mod.ProfileError as e:
+        except latency.ProfileError as e:
             ours.discard()
             return theirs, (theirs_model, checked), {"published": "original", "reason": f"profiling failed: {e}"}
     except BaseException:

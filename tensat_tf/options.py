@@ -103,7 +103,7 @@ class Options:
     profile: bool = False               # time original vs optimized; publish the original graph when not faster
     profile_batch_sizes: Optional[Sequence[int]] = None     # None: 1 and verify_batch_sizes
     profile_threads: Sequence[int] = (1, 0)     # 1: one intra-op + one inter-op thread; 0: TF's default pools
-    profile_seconds: float = 8.0        # measuring time per signature (tensat_tf/profile.py decide)
+    profile_seconds: float = 8.0        # measuring time per signature (tensat_tf/latency.py decide)
     profile_margin: float = 0.02        # "faster" needs the interval's low end above 1 + margin (speedup.py)
     # deployment extras (tensat_tf/serving.py, tensat_tf/onnx_export.py), written and checked before publishing
     warmup: bool = False                # assets.extra/tf_serving_warmup_requests, replayed through the TF1 loader

@@ -2,7 +2,7 @@
 
 tools/bench.py asks one question per model: how fast is the original and how fast is our graph, under each runtime a
 CPU user could pick? All subjects run in one clean worker process (`python -m tensat_tf.peers`, one intra-op and one
-inter-op thread, TF_OVERRIDE_GLOBAL_THREADPOOL, as tensat_tf/profile.py's worker), on the same seeded inputs, in
+inter-op thread, TF_OVERRIDE_GLOBAL_THREADPOOL, as tensat_tf/latency.py's worker), on the same seeded inputs, in
 blocks of `runs` calls per subject with the order rotated from block to block; each subject's block medians come
 back, so any two subjects measured together give a paired decision (tensat_tf/speedup.py's compare()).
 
@@ -19,7 +19,7 @@ import subprocess
 import sys
 from typing import Optional, Sequence
 
-from tensat_tf import profile
+from tensat_tf import latency
 
 BLOCKS, WARMUP = 12, 5
 BLOCK_SECONDS = 0.1     # calls per block: the slowest subject's share of one block takes about this (3 to 50 calls)
@@ -60,7 +60,7 @@ def _openvino_call(compiled, feeds: dict):
 
 
 def _ort_call(path: str, feeds: dict, threads: int):
-    sess = profile.ort_session(path, threads)
+    sess = latency.ort_session(path, threads)
     names = {i.name for i in sess.get_inputs()}
     np_feeds = {k: v for k, v in feeds.items() if k in names}
     if set(np_feeds) != names:
@@ -70,11 +70,11 @@ def _ort_call(path: str, feeds: dict, threads: int):
 
 def time_blocks(fns: Sequence, blocks: int, runs: Optional[int], warmup: int) -> tuple[list, int]:
     """-> (per subject: its block medians in ms, runs per block). The order of the subjects rotates each block
-    (tensat_tf/profile.py's Timings, as convert's own decision measures)."""
-    slowest = profile.warm(fns, warmup, probes=3)
+    (tensat_tf/latency.py's Timings, as convert's own decision measures)."""
+    slowest = latency.warm(fns, warmup, probes=3)
     if runs is None:
         runs = max(3, min(MAX_RUNS, int(BLOCK_SECONDS * 1e3 / max(slowest, 1e-3))))
-    timings = profile.Timings(len(fns))
+    timings = latency.Timings(len(fns))
     for b in range(blocks):
         timings.block(fns, runs, b)
     return [[round(x, 5) for x in m] for m in timings.medians], runs
@@ -113,7 +113,7 @@ def worker(request: dict) -> dict:
             subjects.append(subject)
             try:
                 fn = make(path)
-                profile.force(fn())
+                latency.force(fn())
             except Exception as e:  # noqa: BLE001 - any failure of a peer runtime is reported, not raised
                 first = (str(e).strip().splitlines() or [""])[0]
                 subject["error"] = f"{type(e).__name__}: {first}"[:1000]

@@ -1,7 +1,7 @@
 """Is a candidate graph faster than the original? A decision from paired timing blocks that noise cannot fool.
 
 Input: per block, the median latency of the original and of the candidate, measured in the same block (the profile
-worker, tensat_tf/profile.py, runs them back to back and alternates which goes first). Each block gives one ratio
+worker, tensat_tf/latency.py, runs them back to back and alternates which goes first). Each block gives one ratio
 r = original_ms / candidate_ms (> 1: candidate faster); whatever slowed the machine during a block slows both sides
 of it, so the ratio cancels load that lasts longer than a block.
 

@@ -4,7 +4,7 @@ Typed constructors are the op table's (tensat_tf/ops.py: one per TF op the e-gra
 arguments first); the structural ones, declared below, are not TF ops. Everything else reads the language from here:
 the egglog declarations (tensat_tf/egraph/language.py), the rule compiler's argument sorts (rules/compile.py), the
 cost model's free constructors (tensat_tf/cost/analytic.py), which arguments are children and which are literals
-(rules/verify.py, passes/tensat.py, tensat_tf/egraph/export.py) and the e-node count of saturation
+(rules/soundness.py, passes/tensat.py, tensat_tf/egraph/export.py) and the e-node count of saturation
 (tensat_tf/egraph/saturate.py). tests/test_terms.py checks that the derived pieces agree with this declaration.
 """
 from __future__ import annotations

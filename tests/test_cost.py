@@ -153,8 +153,8 @@ def test_missing_shapes_cost_the_overhead_and_never_crash():
     assert c[3] > 0 and c[4] == CPU.overhead_ms("Conv2D")
 
 
-@pytest.mark.parametrize("profile", [CPU, GPU, analytic.GPU_H100], ids=lambda p: p.name)
-def test_merged_matmul_on_concatenated_weights_is_cheaper(profile):
+@pytest.mark.parametrize("device", [CPU, GPU, analytic.GPU_H100], ids=lambda p: p.name)
+def test_merged_matmul_on_concatenated_weights_is_cheaper(device):
     """x·W1 and x·W2 vs x·concat(W1, W2): the concat is weight-only (free) and one op overhead is saved."""
     g = exported([
         ("Input", [], ("x",), (1, 64)),                  # 0
@@ -165,23 +165,23 @@ def test_merged_matmul_on_concatenated_weights_is_cheaper(profile):
         ("ConcatV2", [1, 2], (1,), (64, 128)),           # 5 constant
         ("MatMul", [0, 5], (0, 0), (1, 128)),            # 6 merged
     ])
-    c = analytic.costs(g, profile=profile)
+    c = analytic.costs(g, device=device)
     assert c[5] == 0.0
     separate, merged = c[3] + c[4], c[6]
     assert merged < separate
-    assert separate - merged == pytest.approx(profile.overhead_ms("MatMul"), rel=0.05)
+    assert separate - merged == pytest.approx(device.overhead_ms("MatMul"), rel=0.05)
 
 
-def test_profiles_and_factory():
-    assert analytic.profile_named("cpu") is CPU and analytic.profile_named(GPU) is GPU
+def test_devices_and_factory():
+    assert analytic.device_named("cpu") is CPU and analytic.device_named(GPU) is GPU
     with pytest.raises(ValueError):
-        analytic.profile_named("tpu")
+        analytic.device_named("tpu")
     with pytest.raises(ValueError):
         cost.get_model("oracle")
     g = exported([("Input", [], ("x",), (-1, 64)), ("Relu", [0], (), (-1, 64))])
     assert cost.get_model("analytic", batch_size=8).costs(g) == analytic.costs(g, 8)
-    assert cost.get_model("analytic", profile="gpu-h100").costs(g) == analytic.costs(g, 1, analytic.GPU_H100)
-    hash(CPU)                                            # profiles are frozen and hashable
+    assert cost.get_model("analytic", device="gpu-h100").costs(g) == analytic.costs(g, 1, analytic.GPU_H100)
+    hash(CPU)                                            # devices are frozen and hashable
 
 
 # ---------------------------------------------------------------------------------------------- measured model

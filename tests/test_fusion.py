@@ -65,7 +65,7 @@ def test_only_the_activations_tf_fuses():
                                     x=Y)) == {4: "bias", 5: "act"}
     assert fusion.fused_nodes(chain(act="ReluSix")) == {4: "bias", 5: "act"}
     assert fusion.fused_nodes(chain(act="Rsqrt")) == {4: "bias"}
-    # TF fuses MatMul and depthwise epilogues too, but measured no faster (fusion.py): the CPU profile prices them
+    # TF fuses MatMul and depthwise epilogues too, but measured no faster (fusion.py): the CPU device prices them
     # as separate ops
     dw = dict(contraction="DepthwiseConv2dNative", w=(3, 3, 32, 1), x=Y)
     for kw in (mm, dw):
@@ -91,13 +91,13 @@ def test_batchnorm_after_conv_but_not_after_depthwise():
     assert c[7] < u[7] and c[9] < u[9]
 
 
-def test_class_that_offers_a_conv_is_enough_and_gpu_profiles_do_not_fuse():
+def test_class_that_offers_a_conv_is_enough_and_gpu_devices_do_not_fuse():
     # the conv class also holds an opaque alternative: the discount still applies (documented approximation)
     nodes = [("Input", 0, (), ("x",)), ("Weight", 1, (), ("w",)), ("Weight", 2, (), ("b",)),
              ("Op", 3, (0,), ("Foo",)), ("Conv2D", 3, (0, 1), SAME), ("BiasAdd", 4, (3, 2), ())]
     exp = egraph(nodes, {0: X, 1: W, 2: B, 3: Y, 4: Y})
     assert fusion.fused_nodes(exp) == {5: "bias"}
-    assert analytic.costs(exp, profile=GPU) == analytic.costs(exp, profile=GPU, fusion=False)
+    assert analytic.costs(exp, device=GPU) == analytic.costs(exp, device=GPU, fusion=False)
     # a bias on constants only is folded (0), never "fused"
     folded = egraph([("Weight", 0, (), ("a",)), ("Weight", 1, (), ("w",)), ("Weight", 2, (), ("b",)),
                      ("Conv2D", 3, (0, 1), SAME), ("BiasAdd", 4, (3, 2), ())], {0: X, 1: W, 2: B, 3: Y, 4: Y})

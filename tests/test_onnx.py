@@ -90,9 +90,9 @@ def _onnx_ops(path):
 def test_emit_onnx_follows_the_never_slower_rule(zoo_cache, tmp_path, monkeypatch, onnx_keep):
     """The SavedModel publishes the optimized graph; the ONNX file is ours only when measured faster than tf2onnx's
     conversion of the user's original, else the original's conversion (checked against the original)."""
-    from tensat_tf import profile, zoo
+    from tensat_tf import latency, zoo
     from tensat_tf.io import load as load_mod
-    monkeypatch.setattr(profile, "decide", _fake_decide(True, onnx_keep))
+    monkeypatch.setattr(latency, "decide", _fake_decide(True, onnx_keep))
     out = str(tmp_path / "out")
     report = convert("zoo:keras_cnn", out, Options(profile=True, emit_onnx=True))
     assert report["signatures"]["serving_default"]["profile"]["published"] == "optimized"
@@ -113,8 +113,8 @@ def _onnx_ops_of(model):
 
 
 def test_emit_onnx_of_a_signature_that_publishes_the_original(zoo_cache, tmp_path, monkeypatch):
-    from tensat_tf import profile
-    monkeypatch.setattr(profile, "decide", _fake_decide(False, True))
+    from tensat_tf import latency
+    monkeypatch.setattr(latency, "decide", _fake_decide(False, True))
     report = convert("zoo:mlp", str(tmp_path / "out"), Options(profile=True, emit_onnx=True))
     assert report["signatures"]["serving_default"]["profile"]["published"] == "original"
     assert report["onnx"]["profile"]["published"] == "original" and "settings" not in report["onnx"]["profile"]
@@ -122,10 +122,10 @@ def test_emit_onnx_of_a_signature_that_publishes_the_original(zoo_cache, tmp_pat
 
 def test_onnx_aa_is_not_faster(zoo_cache, tmp_path):
     """ONNX Runtime timing in the profile worker: one ONNX file against itself is never "faster"."""
-    from tensat_tf import profile
+    from tensat_tf import latency
     out = str(tmp_path / "out")
     convert("zoo:mlp", out, Options(profile=False, emit_onnx=True))
-    r = profile.decide([], "serving_default", [1, 2], threads=(1,), onnx=[out + ".onnx", out + ".onnx"],
+    r = latency.decide([], "serving_default", [1, 2], threads=(1,), onnx=[out + ".onnx", out + ".onnx"],
                        spec_path=out, seconds=1.0)
     assert r["keep"] is False and len(r["settings"]) == 2
     assert all(s["decision"]["verdict"] != "faster" and s["original"]["ms"] > 0 for s in r["settings"])

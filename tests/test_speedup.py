@@ -1,11 +1,11 @@
 """The paired speedup decision (tensat_tf/speedup.py) on synthetic blocks, and the adaptive block loop of the profile
-worker (tensat_tf/profile.py _decide) on real timings of plain Python functions (no TensorFlow: fast)."""
+worker (tensat_tf/latency.py _decide) on real timings of plain Python functions (no TensorFlow: fast)."""
 import math
 
 import numpy as np
 import pytest
 
-from tensat_tf import profile, speedup
+from tensat_tf import latency, speedup
 
 
 def _noisy(rng, n, ms, spread=0.05, outliers=0.1):
@@ -63,7 +63,7 @@ def test_aa_noise_with_outliers_is_never_faster(spread):
     at the level convert uses (Bonferroni over 4 settings x 3 looks) and 24 blocks give no "faster" at all, and
     at 95 % with margin 0 the false "faster" rate stays within the one-sided 2.5 % the interval promises."""
     rng = np.random.default_rng(42)
-    level = speedup.per_test_level(profile.LEVEL, 4 * profile.LOOKS)
+    level = speedup.per_test_level(latency.LEVEL, 4 * latency.LOOKS)
     strict, loose = 0, 0
     for _ in range(1000):
         a, b = _noisy(rng, 24, 1.0, spread), _noisy(rng, 24, 1.0, spread)
@@ -103,7 +103,7 @@ def _run_decide(fns, seconds=5.0, batches=(1, 4)):
     request = {"batch_sizes": list(batches), "warmup": 2, "runs": 10,
                "compare": {"pairs": [[0, 1]], "margin": 0.01, "level": speedup.per_test_level(0.99, 6),
                            "looks": [12, 24, 48], "seconds": seconds}}
-    return profile._decide(request, lambda b: b, lambda feeds: fns)
+    return latency._decide(request, lambda b: b, lambda feeds: fns)
 
 
 def test_adaptive_loop_aa_is_not_faster():

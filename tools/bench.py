@@ -17,7 +17,7 @@ Per model:
     under OpenVINO (convert_model of the SavedModel, f32, one thread; serving_default only, which is all OpenVINO
     reads). Every speedup is a ratio original / candidate from paired blocks: the median of the per-block ratios and
     its interval (tensat_tf/speedup.py's compare()), never the ratio of two separately taken minima;
-  - (--xla) original / no-rules / optimized under XLA jit (tensat_tf/profile.py's worker), compile time apart.
+  - (--xla) original / no-rules / optimized under XLA jit (tensat_tf/latency.py's worker), compile time apart.
 Writes a markdown table (stdout and --markdown) and the raw numbers (--out_json).
 OpenVINO is optional (`pip install -e ".[bench]"`); without it its columns say so and the rest runs.
 """
@@ -85,7 +85,7 @@ def ratio(original_block_ms, candidate_block_ms) -> dict:
 
 def bench_model(name: str, engine, batch_sizes, tmp: str) -> dict:
     from tensat_tf import peers, zoo
-    from tensat_tf import profile as profile_mod
+    from tensat_tf import latency
     from tensat_tf.convert import convert
     from tensat_tf.options import EngineOptions, Options
     src = zoo.resolve(f"zoo:{name}")
@@ -120,11 +120,11 @@ def bench_model(name: str, engine, batch_sizes, tmp: str) -> dict:
             r = _time_peers(src, plain, out, sig_name, b, onnx, openvino, entry)
             if FLAGS.xla and "error" not in r:
                 try:
-                    x = profile_mod.measure([src, plain, out], sig_name, b, xla=True)["xla"]
+                    x = latency.measure([src, plain, out], sig_name, b, xla=True)["xla"]
                     r["xla"] = {"ms": [v["ms"] for v in x], "compile_s": [v["compile_s"] for v in x],
                                 "no_rules": ratio(x[0]["block_medians"], x[1]["block_medians"]),
                                 "optimized": ratio(x[0]["block_medians"], x[2]["block_medians"])}
-                except profile_mod.ProfileError as e:
+                except latency.ProfileError as e:
                     r["xla"] = {"error": str(e)[:200]}
             entry["latency"][b] = r
         row["signatures"][sig_name] = entry

@@ -1,12 +1,12 @@
 """`tensat_tf calibrate SRC [--batch_size=N]`: time every distinct op of a model on this machine into the cost cache.
 `tensat_tf calibrate --fusion [SRC]`: also (or only) time the contraction patterns TF's CPU runtime fuses against
-their parts (tensat_tf/cost/fusion_bench.py), the numbers behind the analytic profile's fused_contractions.
+their parts (tensat_tf/cost/fusion_bench.py), the numbers behind the analytic Device's fused_contractions.
 
 The model goes through the same front end as convert (load and freeze each signature, the Grappler clean-up
 pre-pass, ingest into an e-graph, export), so the cache ends up holding exactly the (op, literals, shapes) keys that
 the measured cost model will look up when that model is converted at that batch size. Ops already in the cache are
 not timed again. One summary line goes to stdout; it also compares the model's summed op costs under the measured
-and the analytic model, a quick check of the analytic profile on this machine.
+and the analytic model, a quick check of the analytic device constants on this machine.
 """
 from __future__ import annotations
 
@@ -86,11 +86,11 @@ def main(args: list[str]) -> int:
     measured_ms = analytic_ms = 0.0
     for exp in exported.values():
         measured_ms += sum(model.costs(exp))
-        analytic_ms += sum(analytic.costs(exp, FLAGS.batch_size, model.profile))
+        analytic_ms += sum(analytic.costs(exp, FLAGS.batch_size, model.device))
     failed = sum(1 for k in model.used if model.entries[k]["ms"] is None)
     print(f"calibrate {src}: {len(model.used)} distinct ops at batch size {FLAGS.batch_size} over "
           f"{len(exported)} signature(s): {model.timed} timed now, {len(model.used) - model.timed} already cached, "
           f"{failed} not runnable (analytic fallback); sum of op costs {measured_ms:.3f} ms measured vs "
-          f"{analytic_ms:.3f} ms analytic ({model.profile.name}); cache {model.cache_path}; "
+          f"{analytic_ms:.3f} ms analytic ({model.device.name}); cache {model.cache_path}; "
           f"{time.perf_counter() - t0:.1f} s")
     return 0

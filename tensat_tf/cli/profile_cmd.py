@@ -1,7 +1,7 @@
 """`tensat_tf profile SAVED_MODEL_DIR|zoo:NAME [--xla] [--batch_size=N] [--threads=1|default]`: latency of every
 signature, as served.
 
-Runs in a clean worker process (tensat_tf.profile) with one intra-op and one inter-op thread, or TF's default thread
+Runs in a clean worker process (tensat_tf.latency) with one intra-op and one inter-op thread, or TF's default thread
 pools with --threads=default (what TF Serving uses); on the GPU when TF sees one. Prints one line per signature (and
 per XLA run) and exits 0.
 """
@@ -45,19 +45,19 @@ def main(args: list[str]) -> int:
     elif not os.path.exists(src):
         raise errors.MissingPath(f"no such file or directory: {src}")
     threads = _threads()
-    from tensat_tf import profile as profile_mod
+    from tensat_tf import latency
     from tensat_tf.io import load as load_mod
     model = load_mod.load(src)                       # the same checks and signature rules as convert
     for name in sorted(model.signatures):
         try:
-            r = profile_mod.measure([src], name, FLAGS.batch_size, xla=FLAGS.xla, threads=threads)
-        except profile_mod.ProfileError as e:
+            r = latency.measure([src], name, FLAGS.batch_size, xla=FLAGS.xla, threads=threads)
+        except latency.ProfileError as e:
             raise errors.InternalError(str(e)) from None
         for mode in ("tf", "xla"):
             if mode in r:
                 x = r[mode][0]
                 extra = f", XLA compile {x['compile_s']:.3f} s" if x.get("compile_s") is not None else ""
                 print(f"{name} [{mode}, {r['device']}, batch {r['batch_size']}, threads "
-                      f"{profile_mod.threads_label(threads)}]: {x['ms']:.4f} ms "
+                      f"{latency.threads_label(threads)}]: {x['ms']:.4f} ms "
                       f"(p10 {x['p10']:.4f}, p90 {x['p90']:.4f}){extra}")
     return 0

@@ -1,7 +1,7 @@
 """Cost models: a cost in milliseconds for every e-node of an exported e-graph, for extraction.
 
 Two models with the same semantics (structural nodes 0, nodes folded into constants 0, an opaque Op one overhead):
-  analytic   roofline per op from FLOPs and bytes at the e-graph's shapes, device constants in a DeviceProfile;
+  analytic   roofline per op from FLOPs and bytes at the e-graph's shapes, device constants in a Device;
              instant and deterministic, needs no device.
   measured   each distinct (op, literals, input shapes) timed on this machine once and cached on disk; the analytic
              model covers what cannot be timed. `tensat_tf calibrate` fills the cache ahead of time.
@@ -12,12 +12,12 @@ from __future__ import annotations
 from typing import Optional, Protocol
 
 from tensat_tf.cost import analytic
-from tensat_tf.cost.analytic import CPU, GPU, PROFILES, DeviceProfile, constant_classes, node_cost, profile_named
+from tensat_tf.cost.analytic import CPU, GPU, DEVICES, Device, constant_classes, node_cost, device_named
 from tensat_tf.egraph.export import Exported
 
 MODELS = ("analytic", "measured")
 
-__all__ = ["CPU", "GPU", "PROFILES", "DeviceProfile", "CostModel", "AnalyticCostModel", "MODELS", "get_model",
+__all__ = ["CPU", "GPU", "DEVICES", "Device", "CostModel", "AnalyticCostModel", "MODELS", "get_model",
            "constant_classes", "node_cost"]
 
 
@@ -27,27 +27,27 @@ class CostModel(Protocol):
 
 
 class AnalyticCostModel:
-    """analytic.costs bound to a batch size and a device profile (the object form get_model returns)."""
+    """analytic.costs bound to a batch size and a Device (the object form get_model returns)."""
 
-    def __init__(self, batch_size: int = 1, profile: DeviceProfile | str = CPU):
+    def __init__(self, batch_size: int = 1, device: Device | str = CPU):
         self.batch_size = batch_size
-        self.profile = profile_named(profile)
+        self.device = device_named(device)
 
     def costs(self, exp: Exported, batch_size: Optional[int] = None) -> list[float]:
-        return analytic.costs(exp, self.batch_size if batch_size is None else batch_size, self.profile)
+        return analytic.costs(exp, self.batch_size if batch_size is None else batch_size, self.device)
 
 
-def get_model(name: str = "analytic", batch_size: int = 1, profile: DeviceProfile | str | None = None,
+def get_model(name: str = "analytic", batch_size: int = 1, device: Device | str | None = None,
               cache_path: Optional[str] = None) -> CostModel:
     """The cost model called `name` ('analytic' or 'measured').
 
-    profile: a DeviceProfile or a name in PROFILES ('cpu', 'gpu', 'gpu-t4', 'gpu-h100'); by default CPU for the
-    analytic model and, for the measured one, the profile of the device it runs on (used for its fallbacks).
+    device: a Device or a name in DEVICES ('cpu', 'gpu', 'gpu-t4', 'gpu-h100'); by default CPU for the
+    analytic model and, for the measured one, the Device of the machine it runs on (used for its fallbacks).
     cache_path: the measured model's cache file (default: see tensat_tf.cost.measured.default_cache_path).
     """
     if name == "analytic":
-        return AnalyticCostModel(batch_size, CPU if profile is None else profile)
+        return AnalyticCostModel(batch_size, CPU if device is None else device)
     if name == "measured":
         from tensat_tf.cost.measured import MeasuredCostModel   # imports TensorFlow
-        return MeasuredCostModel(cache_path, batch_size, None if profile is None else profile_named(profile))
+        return MeasuredCostModel(cache_path, batch_size, None if device is None else device_named(device))
     raise ValueError(f"unknown cost model {name!r}; choose one of {', '.join(MODELS)}")

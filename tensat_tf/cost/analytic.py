@@ -36,7 +36,7 @@ DTYPE_BYTES = 4
 
 
 @dataclasses.dataclass(frozen=True)
-class DeviceProfile:
+class Device:
     """Constants of one device class. Only ratios matter for ranking; absolute values make reports readable.
 
     op_overhead_us is the fixed cost of one op (executor dispatch, output allocation, kernel setup);
@@ -46,7 +46,7 @@ class DeviceProfile:
     other elementwise ops count 1. strided_copy_efficiency is the fraction of bandwidth_gbs a Transpose reaches;
     broadcast_efficiency the fraction a binary elementwise op reaches when it broadcasts a non-scalar operand (a
     per-channel scale or bias), which is what folding batch norms into convolutions removes.
-    The per-term tables are tuples of (term, value) pairs so that a profile stays hashable.
+    The per-term tables are tuples of (term, value) pairs so that a device stays hashable.
     """
     name: str
     peak_gflops: float
@@ -97,7 +97,7 @@ class DeviceProfile:
 # Large ops land within ~30 % of their measurement; sub-microsecond ops are as noisy as that between runs. The
 # measurements ran while other jobs shared the VM (fastest rounds kept); BENCHMARKS.md has whole-model sums.
 # `tensat_tf calibrate MODEL` prints the measured and the analytic sum of a model's op costs side by side.
-CPU = DeviceProfile(
+CPU = Device(
     "cpu", peak_gflops=110.0, bandwidth_gbs=90.0, op_overhead_us=0.3,
     overhead_us_by_term=(("Reshape", 0.1), ("MatMul", 0.5), ("BatchMatMulV2", 2.8), ("AvgPool", 2.8),
                          ("Transpose", 3.7), ("MaxPool", 4.7), ("Conv2D", 5.5), ("DepthwiseConv2dNative", 8.3),
@@ -105,7 +105,7 @@ CPU = DeviceProfile(
     flops_per_element_by_term=(("Tanh", 35.0), ("Sigmoid", 64.0)),
     strided_copy_efficiency=0.5, broadcast_efficiency=0.3, fused_contractions=("Conv2D",))
 
-# GPU profiles: peak and bandwidth from the vendor datasheets, dense FP32 without tensor cores (the graphs are
+# GPU devices: peak and bandwidth from the vendor datasheets, dense FP32 without tensor cores (the graphs are
 # float32): NVIDIA T4 datasheet, 8.1 TFLOPS FP32 and 320 GB/s GDDR6; NVIDIA H100 SXM5 datasheet, 67 TFLOPS FP32
 # and 3.35 TB/s HBM3. The overheads are NOT measured (no GPU in this project's runs): op_overhead_us 5 stands for a
 # CUDA kernel launch (a few us) plus TF's GPU executor bookkeeping; convolutions and matmuls get more for cuDNN /
@@ -114,24 +114,24 @@ CPU = DeviceProfile(
 # on GPUs, which is the property that matters for ranking (merging small ops pays off more than on CPU).
 _GPU_OVERHEADS = (("Reshape", 1.0), ("MatMul", 8.0), ("BatchMatMulV2", 8.0), ("Einsum", 8.0), ("Conv2D", 10.0),
                   ("DepthwiseConv2dNative", 10.0))
-GPU_T4 = DeviceProfile("gpu-t4", peak_gflops=8100.0, bandwidth_gbs=320.0, op_overhead_us=5.0,
+GPU_T4 = Device("gpu-t4", peak_gflops=8100.0, bandwidth_gbs=320.0, op_overhead_us=5.0,
                        overhead_us_by_term=_GPU_OVERHEADS, flops_per_element_by_term=(("Tanh", 8.0), ("Sigmoid", 8.0)),
                        strided_copy_efficiency=0.5)
-GPU_H100 = DeviceProfile("gpu-h100", peak_gflops=67000.0, bandwidth_gbs=3350.0, op_overhead_us=5.0,
+GPU_H100 = Device("gpu-h100", peak_gflops=67000.0, bandwidth_gbs=3350.0, op_overhead_us=5.0,
                          overhead_us_by_term=_GPU_OVERHEADS,
                          flops_per_element_by_term=(("Tanh", 8.0), ("Sigmoid", 8.0)), strided_copy_efficiency=0.5)
 GPU = GPU_T4
 
-PROFILES = {p.name: p for p in (CPU, GPU_T4, GPU_H100)} | {"gpu": GPU}
+DEVICES = {p.name: p for p in (CPU, GPU_T4, GPU_H100)} | {"gpu": GPU}
 
 
-def profile_named(name_or_profile) -> DeviceProfile:
-    if isinstance(name_or_profile, DeviceProfile):
-        return name_or_profile
+def device_named(name_or_device) -> Device:
+    if isinstance(name_or_device, Device):
+        return name_or_device
     try:
-        return PROFILES[name_or_profile]
+        return DEVICES[name_or_device]
     except KeyError:
-        raise ValueError(f"unknown device profile {name_or_profile!r}; known: {', '.join(sorted(PROFILES))}") from None
+        raise ValueError(f"unknown device {name_or_device!r}; known: {', '.join(sorted(DEVICES))}") from None
 
 
 # ---------------------------------------------------------------------------------------------- shapes
@@ -271,37 +271,37 @@ def flops_and_bytes(term: str, payload, in_shapes: Sequence[Shape], out_shape: O
         return 0.0, 0.0 if moved == sorted(moved) else DTYPE_BYTES * 2 * n_in
     out = numel(out_shape) if out_shape is not None else max((numel(s) for s in ins), default=0)
     # elementwise (AddV2, Mul, Sub, BiasAdd, Relu, ReluSix, Sigmoid, Tanh) and any typed op this model does not
-    # know yet: one FLOP per output element (node_cost scales it by the profile's flops_per_element), every input
+    # know yet: one FLOP per output element (node_cost scales it by the device's flops_per_element), every input
     # read once and the output written once
     return float(out), DTYPE_BYTES * (n_in + out)
 
 
 def node_cost(term: str, payload, in_shapes: Optional[Sequence[Shape]], out_shape: Optional[Shape],
-              batch_size: int = 1, profile: DeviceProfile = CPU) -> float:
+              batch_size: int = 1, device: Device = CPU) -> float:
     """Cost in ms of one typed op (or structural node). Shapes may hold -1 (resolved with batch_size) or be None."""
     if term in STRUCTURAL_FREE:
         return 0.0
     if term == "Op" or in_shapes is None:
-        return profile.overhead_ms(term)
+        return device.overhead_ms(term)
     ins = [concrete(s, batch_size) for s in in_shapes]
     out = concrete(out_shape, batch_size)
     try:
         flops, nbytes = flops_and_bytes(term, payload, ins, out)
     except (ValueError, IndexError, TypeError):      # a shape that does not fit the op (rank mismatch): no estimate
-        return profile.overhead_ms(term)
+        return device.overhead_ms(term)
     if term == "Transpose" and nbytes == 0:
-        return profile.overhead_ms("Reshape")        # a transpose that moves only size-1 dims is a reshape in TF
-    flops *= profile.flops_per_element(term)
-    bandwidth = profile.bandwidth_gbs
+        return device.overhead_ms("Reshape")        # a transpose that moves only size-1 dims is a reshape in TF
+    flops *= device.flops_per_element(term)
+    bandwidth = device.bandwidth_gbs
     if term == "Transpose":
-        bandwidth *= profile.strided_copy_efficiency
+        bandwidth *= device.strided_copy_efficiency
     elif (term in _BINARY_ELEMENTWISE and _broadcasts_vector(ins)) or term == "FusedBatchNormV3":
         # FusedBatchNormV3 (inference) applies per-channel vectors too: measured 36 us at [1,56,56,64] and 150 us at
         # [4,28,28,128] against BiasAdd's 47 and 94 us, 4.9 us at [1,8,8,8] (tools: cost.measured.time_op)
-        bandwidth *= profile.broadcast_efficiency
-    compute_ms = flops / (profile.peak_gflops * 1e6)
+        bandwidth *= device.broadcast_efficiency
+    compute_ms = flops / (device.peak_gflops * 1e6)
     memory_ms = nbytes / (bandwidth * 1e6)
-    return max(compute_ms, memory_ms) + profile.overhead_ms(term)
+    return max(compute_ms, memory_ms) + device.overhead_ms(term)
 
 
 _BINARY_ELEMENTWISE = frozenset({"AddV2", "Mul", "Sub", "BiasAdd"})
@@ -314,39 +314,39 @@ def _broadcasts_vector(ins: Sequence[Shape]) -> bool:
 
 
 def fused_cost(term: str, in_shapes: Optional[Sequence[Shape]], out_shape: Optional[Shape],
-               profile: DeviceProfile = CPU) -> float:
+               device: Device = CPU) -> float:
     """Cost in ms of an op run as the epilogue of a fused contraction kernel: its arithmetic on the output tile while
     it is still in cache (FLOPs at peak, scaled by flops_per_element); no overhead, no memory pass."""
     shape = out_shape if out_shape is not None else (in_shapes[0] if in_shapes else None)
     if shape is None:
         return 0.0
-    per_element = 2.0 if term == "FusedBatchNormV3" else profile.flops_per_element(term)
-    return numel(shape) * per_element / (profile.peak_gflops * 1e6)
+    per_element = 2.0 if term == "FusedBatchNormV3" else device.flops_per_element(term)
+    return numel(shape) * per_element / (device.peak_gflops * 1e6)
 
 
-def apply_fusion(exp: Exported, costs_ms: list[float], batch_size: int, profile: DeviceProfile) -> list[float]:
+def apply_fusion(exp: Exported, costs_ms: list[float], batch_size: int, device: Device) -> list[float]:
     """costs_ms with every node the runtime fuses into a contraction (fusion.fused_nodes) repriced by fused_cost,
-    for the profile's fused_contractions. Folded nodes keep their 0."""
-    if not profile.fused_contractions:
+    for the device's fused_contractions. Folded nodes keep their 0."""
+    if not device.fused_contractions:
         return costs_ms
     from tensat_tf.cost import fusion
     const = constant_classes(exp.egraph)
     out = list(costs_ms)
-    for i in fusion.fused_nodes(exp, profile.fused_contractions):
+    for i in fusion.fused_nodes(exp, device.fused_contractions):
         n = exp.egraph.nodes[i]
         if is_folded(n, const):
             continue
         in_shapes, out_shape = node_shapes(exp, i, batch_size)
-        out[i] = min(out[i], fused_cost(n.op, in_shapes, out_shape, profile))
+        out[i] = min(out[i], fused_cost(n.op, in_shapes, out_shape, device))
     return out
 
 
-def costs(exp: Exported, batch_size: int = 1, profile: DeviceProfile = CPU, fusion: bool = True) -> list[float]:
+def costs(exp: Exported, batch_size: int = 1, device: Device = CPU, fusion: bool = True) -> list[float]:
     """One cost (ms) per e-node of exp.egraph, index-aligned with exp.egraph.nodes.
 
-    fusion: price the epilogues the runtime fuses into contractions (those of profile.fused_contractions).
+    fusion: price the epilogues the runtime fuses into contractions (those of device.fused_contractions).
     """
-    profile = profile_named(profile)
+    device = device_named(device)
     const = constant_classes(exp.egraph)
     out = []
     for i, n in enumerate(exp.egraph.nodes):
@@ -354,9 +354,9 @@ def costs(exp: Exported, batch_size: int = 1, profile: DeviceProfile = CPU, fusi
             out.append(0.0)
             continue
         if n.op == "Op":
-            out.append(profile.overhead_ms("Op"))
+            out.append(device.overhead_ms("Op"))
             continue
         in_shapes, out_shape = node_shapes(exp, i, batch_size)
-        out.append(node_cost(n.op, n.payload, in_shapes, out_shape, batch_size, profile))
-    return apply_fusion(exp, out, batch_size, profile) if fusion else out
+        out.append(node_cost(n.op, n.payload, in_shapes, out_shape, batch_size, device))
+    return apply_fusion(exp, out, batch_size, device) if fusion else out
 

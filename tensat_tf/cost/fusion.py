@@ -15,7 +15,7 @@ machine): a Conv2D's bias / bias + Relu epilogue costs 0 +- 1.5 us fused against
 [1,14,14,32], 7-8 us at C=128, 11-13 us at C=256. A MatMul's is NOT cheaper fused (_FusedMatMul epilogue 3.3-3.8 us
 vs 2.9-3.4 us separate at 196x32x32; 6.4 vs 6.6 at x128; with Tanh the fused kernel is slower: 5-7 vs 3-3.7 us, 95 vs
 17 us at x256), and the depthwise one is free at C=32/128 but 43 us slower at C=256. So only Conv2D is discounted
-(DeviceProfile.fused_contractions; the mechanism takes any set). Conv2D + AddV2([C]) runs as the same fused kernel as
+(Device.fused_contractions; the mechanism takes any set). Conv2D + AddV2([C]) runs as the same fused kernel as
 Conv2D + BiasAdd, so the two forms cost the same and rule F05 (AddV2 -> BiasAdd) is neither rewarded nor penalised:
 that matches the measurement (conv+addv2 and conv+bias take the same time).
 
@@ -30,7 +30,7 @@ Approximations (costs only steer extraction; the emitted graph is verified, so n
     fusion-aware costs alike.
   - The remapper also requires the contraction's output to have no other reader and matching dtypes; fan-out is a
     property of the extracted program, not of the e-graph, so it is not checked.
-  - GPU profiles fuse nothing here: the GPU remapper fuses a different set and nothing was measured there.
+  - GPU devices fuse nothing here: the GPU remapper fuses a different set and nothing was measured there.
 """
 from __future__ import annotations
 
@@ -60,7 +60,7 @@ def _bias_shaped(contraction: str, out: Optional[Sequence[int]], bias: Optional[
 
 def fused_nodes(exp: Exported, contractions=CONTRACTIONS) -> dict[int, str]:
     """node index -> 'bias' | 'bn' | 'act' for every e-node that runs as the epilogue of a fused contraction, the
-    contractions limited to `contractions` (the ones whose fusion pays on the device: DeviceProfile)."""
+    contractions limited to `contractions` (the ones whose fusion pays on the device: Device)."""
     g = exp.egraph
     offers: dict[int, set[str]] = {}            # class -> contraction terms among its e-nodes
     for n in g.nodes:

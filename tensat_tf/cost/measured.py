@@ -108,16 +108,16 @@ def _copies_for(estimate_ms: float) -> int:
 
 def time_op(spec: ops.OpSpec, payload: tuple, in_shapes: Sequence[Sequence[int]], dtype: tf.DType = tf.float32,
             copies: Optional[int] = None, rounds: int = ROUNDS, seed: int = 0,
-            profile: analytic.DeviceProfile = analytic.CPU) -> float:
+            device: analytic.Device = analytic.CPU) -> float:
     """Milliseconds one execution of `spec` with `payload` on inputs of `in_shapes` takes inside a graph.
 
     Trustworthy only in a process whose first TF device was created with one intra-op thread or with
     TF_OVERRIDE_GLOBAL_THREADPOOL=1 (the worker; see the module docstring). `copies` defaults to what fills about
-    TARGET_RUN_MS by the analytic estimate under `profile`.
+    TARGET_RUN_MS by the analytic estimate under `device`.
     Raises whatever TF raises when the op cannot be built or run at these shapes (the caller falls back).
     """
     if copies is None:
-        copies = _copies_for(analytic.node_cost(spec.term, payload, in_shapes, None, 1, profile))
+        copies = _copies_for(analytic.node_cost(spec.term, payload, in_shapes, None, 1, device))
     in_shapes = [tuple(int(d) for d in s) for s in in_shapes]
     g = tf.Graph()
     with g.as_default():
@@ -187,7 +187,7 @@ def _worker_main() -> None:
     can slow every round of one op 2x (seen on the test VM), and passes apart in time rarely all fall in one burst.
     """
     requests = json.load(sys.stdin)
-    profile = analytic.GPU if tf.config.list_physical_devices("GPU") else analytic.CPU
+    device = analytic.GPU if tf.config.list_physical_devices("GPU") else analytic.CPU
     best: dict[str, dict] = {}
     for p in range(PASSES):
         for r in requests:
@@ -196,7 +196,7 @@ def _worker_main() -> None:
             spec = ops.BY_TERM[r["term"]]
             print(json.dumps({"timing": r["key"]}), flush=True)     # names the culprit if the process dies here
             try:
-                ms = time_op(spec, _payload_from_json(spec, r["payload"]), r["in_shapes"], profile=profile)
+                ms = time_op(spec, _payload_from_json(spec, r["payload"]), r["in_shapes"], device=device)
                 entry = {"ms": min(ms, best.get(r["key"], {"ms": ms})["ms"])}
             except Exception as e:  # noqa: BLE001 - any TF failure means "cannot time this op here", never a crash
                 first = (str(e).strip().splitlines() or [""])[0]
@@ -256,12 +256,12 @@ class MeasuredCostModel:
     """
 
     def __init__(self, cache_path: Optional[str] = None, batch_size: int = 1,
-                 profile: Optional[analytic.DeviceProfile] = None):
+                 device: Optional[analytic.Device] = None):
         self.cache_path = cache_path or default_cache_path()
         self.batch_size = batch_size
-        if profile is None:
-            profile = analytic.GPU if tf.config.list_physical_devices("GPU") else analytic.CPU
-        self.profile = analytic.profile_named(profile)
+        if device is None:
+            device = analytic.GPU if tf.config.list_physical_devices("GPU") else analytic.CPU
+        self.device = analytic.device_named(device)
         self.entries: dict[str, dict] = self._read_file()
         self.hits = 0          # node lookups answered by entries that existed before the call that made them
         self.timed = 0         # ops benchmarked by this object
@@ -335,17 +335,17 @@ class MeasuredCostModel:
         out = []
         for i, n in enumerate(exp.egraph.nodes):
             if n.op == "Op":
-                out.append(self.profile.overhead_ms("Op"))
+                out.append(self.device.overhead_ms("Op"))
             elif i not in shapes:
                 out.append(0.0)                                   # structural, or folded into a constant
             else:
                 in_shapes, out_shape = shapes[i]
                 ms = None if in_shapes is None else self.entries[entry_key(n.op, n.payload, in_shapes)]["ms"]
                 if ms is None:
-                    ms = analytic.node_cost(n.op, n.payload, in_shapes, out_shape, batch, self.profile)
+                    ms = analytic.node_cost(n.op, n.payload, in_shapes, out_shape, batch, self.device)
                 out.append(ms)
         # each op was timed alone; the runtime runs some as a contraction's epilogue (cost/fusion.py)
-        return analytic.apply_fusion(exp, out, batch, self.profile)
+        return analytic.apply_fusion(exp, out, batch, self.device)
 
 
 if __name__ == "__main__":

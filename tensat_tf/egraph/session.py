@@ -12,7 +12,7 @@ turns egglog 13.2's one exception type (EggSmolError, whose message is all there
                              13.2) become this too.
 
 In a query, a name that is not a global is a pattern variable, so `(check (= $a $typo))` holds for any $a. Every
-global the project binds starts with `$` (egraph/ingest.py, rules/verify.py), so `check` rejects a `$` name that is
+global the project binds starts with `$` (egraph/ingest.py, rules/soundness.py), so `check` rejects a `$` name that is
 not bound instead of letting it match anything.
 
 push() saves a copy of the e-graph and returns a context manager that restores it on exit (also on an exception)

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from tensat_tf import profile, speedup, zoo
+from tensat_tf import latency, speedup, zoo
 from tensat_tf.convert import convert, profile_batch_sizes
 from tensat_tf.options import Options
 
@@ -14,7 +14,7 @@ def test_aa_same_model_is_not_faster(zoo_cache):
     """The same SavedModel on both sides, real timings in the worker, both thread settings: never "faster", on a
     machine that other processes load at the same time (this is what the decision is for)."""
     path = zoo.resolve("zoo:mlp")
-    r = profile.decide([path, path], "serving_default", [1], threads=(1, 0), seconds=2.0)
+    r = latency.decide([path, path], "serving_default", [1], threads=(1, 0), seconds=2.0)
     assert r["device"] in ("CPU", "GPU")
     verdicts = [s["decision"]["verdict"] for s in r["settings"]]
     assert "faster" not in verdicts and r["keep"] is False, r
@@ -23,13 +23,13 @@ def test_aa_same_model_is_not_faster(zoo_cache):
         assert s["batch_size"] == 1 and s["threads"] in ("1", "default")
         assert d["blocks"] == len(s["original"]["block_medians"]) == len(s["candidate"]["block_medians"]) > 0
         assert d["low"] is None or d["low"] <= d["ratio"]
-    assert r["per_test_level"] == pytest.approx(speedup.per_test_level(profile.LEVEL, 2 * profile.LOOKS))
+    assert r["per_test_level"] == pytest.approx(speedup.per_test_level(latency.LEVEL, 2 * latency.LOOKS))
 
 
 def test_measure(zoo_cache):
     # (the default thread setting: test_profile_command_prints_each_signature)
     path = zoo.resolve("zoo:mlp")
-    r = profile.measure([path, path], "logits", 2, blocks=3, runs=3, threads=1)
+    r = latency.measure([path, path], "logits", 2, blocks=3, runs=3, threads=1)
     assert r["threads"] == 1 and r["batch_size"] == 2
     assert all(x["ms"] > 0 and len(x["block_medians"]) == 3 for x in r["tf"]) and len(r["tf"]) == 2
 
@@ -42,7 +42,7 @@ def test_profile_batch_sizes_default_to_one_and_the_verification_sizes():
 def _fake_decide(keep: bool):
     def decide(paths, signature, batch_sizes, threads=(1, 0), **kwargs):
         verdict = "faster" if keep else "no difference"
-        settings = [{"batch_size": b, "threads": profile.threads_label(t), "runs": 3,
+        settings = [{"batch_size": b, "threads": latency.threads_label(t), "runs": 3,
                      "decision": speedup.Decision(1.2 if keep else 1.0, 1.1 if keep else 0.9, 1.3, 12,
                                                   verdict).to_json(),
                      "original": {"ms": 1.0}, "candidate": {"ms": 1.0}} for b in batch_sizes for t in threads]
@@ -56,7 +56,7 @@ def test_not_faster_publishes_the_original_graph(zoo_cache, tmp_path, monkeypatc
     """The fall-back is the user's graph: the signature's frozen graph as loaded, not our clean-up of it. zoo:lstm's
     While body is a library function that Grappler rewrote in the optimized graph: writing the original in the same
     process must not register a conflicting function of the same name."""
-    monkeypatch.setattr(profile, "decide", _fake_decide(False))
+    monkeypatch.setattr(latency, "decide", _fake_decide(False))
     out = str(tmp_path / "o")
     rep = convert(f"zoo:{name}", out, Options(profile=True))
     assert rep["verification"]["passed"]
@@ -85,7 +85,7 @@ def _ops_in_library(gd):
 def test_faster_publishes_the_optimized_graph(zoo_cache, tmp_path, monkeypatch):
     calls = []
     fake = _fake_decide(True)
-    monkeypatch.setattr(profile, "decide", lambda paths, signature, *a, **k: calls.append(signature) or fake(
+    monkeypatch.setattr(latency, "decide", lambda paths, signature, *a, **k: calls.append(signature) or fake(
         paths, signature, *a, **k))
     rep = convert("zoo:keras_cnn", str(tmp_path / "o"), Options(profile=True))
     # Keras' serve and serving_default: the same original and optimized graphs, measured once, one decision

@@ -287,7 +287,7 @@ class _Worker:
     def __init__(self, request: dict):
         self.signature = request["signature"]
         self.err = tempfile.TemporaryFile(mode="w+")
-        self.proc = subprocess.Popen([sys.executable, "-m", "tensat_tf.profile"], stdin=subprocess.PIPE,
+        self.proc = subprocess.Popen([sys.executable, "-m", "tensat_tf.latency"], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self.err, text=True,
                                      env=_env(request.get("threads", 1)))
         self.lines: queue.Queue = queue.Queue()
@@ -330,7 +330,7 @@ class _Worker:
 def _run(request: dict, timeout_s: float) -> dict:
     sig = request["signature"]
     try:
-        proc = subprocess.run([sys.executable, "-m", "tensat_tf.profile"], input=json.dumps(request) + "\n",
+        proc = subprocess.run([sys.executable, "-m", "tensat_tf.latency"], input=json.dumps(request) + "\n",
                               capture_output=True, text=True, env=_env(request.get("threads", 1)),
                               timeout=timeout_s)
     except subprocess.TimeoutExpired:

@@ -30,7 +30,7 @@ from tensat_tf.rules.syntax import Binding, Rule, is_var, to_text
 RTOL = {np.float32: 1e-5}
 
 
-class VerifyError(AssertionError):
+class UnsoundRule(AssertionError):
     pass
 
 
@@ -57,7 +57,7 @@ def eval_expr(e, shapes: dict, lits: dict):
     if is_var(e):
         if e in lits:
             return lits[e]
-        raise VerifyError(f"{e} has no literal value in the binding")
+        raise UnsoundRule(f"{e} has no literal value in the binding")
     if isinstance(e, (int, float)):
         return e
     if isinstance(e, str):
@@ -80,7 +80,7 @@ def eval_expr(e, shapes: dict, lits: dict):
         return tuple(vals)
     if head in ops_:
         return ops_[head](*vals)
-    raise VerifyError(f"cannot evaluate {to_text(e)}")
+    raise UnsoundRule(f"cannot evaluate {to_text(e)}")
 
 
 def instantiate(e, sorts: dict, shapes: dict, lits: dict):
@@ -212,21 +212,21 @@ class CheckResult:
 
 
 def check(rule: Rule, seed: int = 0) -> CheckResult:
-    """Verify one rule on all its bindings; raises VerifyError with the reason on the first failure."""
+    """Verify one rule on all its bindings; raises UnsoundRule with the reason on the first failure."""
     if not rule.tests:
-        raise VerifyError(f"{rule.name}: no :test binding")
+        raise UnsoundRule(f"{rule.name}: no :test binding")
     if rule.guards and not rule.rejects:
-        raise VerifyError(f"{rule.name}: has guards but no :reject binding")
+        raise UnsoundRule(f"{rule.name}: has guards but no :reject binding")
     for b in rule.tests:
         if any(-1 in s for s in b.shapes.values()):
-            raise VerifyError(f"{rule.name}: unknown dims (-1) only in :reject bindings, got :test {_show(b)}")
+            raise UnsoundRule(f"{rule.name}: unknown dims (-1) only in :reject bindings, got :test {_show(b)}")
     compile_rule(rule)
     rng = np.random.default_rng(seed)
     worst = 0.0
     for b in rule.tests:
         fired, lhs, rhs = fires(rule, b)
         if not fired:
-            raise VerifyError(f"{rule.name}: did not fire on test {_show(b)}")
+            raise UnsoundRule(f"{rule.name}: did not fire on test {_show(b)}")
         values = {v: (rng.uniform(0.5, 1.5, s) if v in b.positive else rng.uniform(-1, 1, s)).astype(np.float32)
                   for v, s in sorted(b.shapes.items())}
         results = evaluate(lhs + rhs, values)
@@ -234,24 +234,24 @@ def check(rule: Rule, seed: int = 0) -> CheckResult:
         for k in range(n):
             a, r = results[k], results[n + k]
             if a.shape != r.shape:
-                raise VerifyError(f"{rule.name}: shapes differ {a.shape} vs {r.shape} on {_show(b)}")
+                raise UnsoundRule(f"{rule.name}: shapes differ {a.shape} vs {r.shape} on {_show(b)}")
             scale = max(float(np.max(np.abs(a))), 1e-30)
             err = float(np.max(np.abs(a - r))) / scale if a.size else 0.0
             worst = max(worst, err)
             if err > RTOL[np.float32]:
-                raise VerifyError(f"{rule.name}: rel error {err:.3g} on {_show(b)}")
+                raise UnsoundRule(f"{rule.name}: rel error {err:.3g} on {_show(b)}")
         if not rhs_shapes_derived(rhs, b, [results[k].shape for k in range(n)]):
-            raise VerifyError(f"{rule.name}: the shape analysis does not derive the right side's shape on {_show(b)}")
+            raise UnsoundRule(f"{rule.name}: the shape analysis does not derive the right side's shape on {_show(b)}")
     negatives = 0
     for b in rule.rejects:
         if fires(rule, b)[0]:
-            raise VerifyError(f"{rule.name}: fired on :reject {_show(b)}")
+            raise UnsoundRule(f"{rule.name}: fired on :reject {_show(b)}")
         negatives += 1
     for g in rule.guards:
         if isinstance(g, list) and g[:1] == ["const"]:
             b = rule.tests[0]
             if fires(rule, b, b.weights - {g[1]})[0]:
-                raise VerifyError(f"{rule.name}: fired with {g[1]} not constant")
+                raise UnsoundRule(f"{rule.name}: fired with {g[1]} not constant")
             negatives += 1
     return CheckResult(rule.name, len(rule.tests), negatives, worst)
 
