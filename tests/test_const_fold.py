@@ -1,0 +1,56 @@
+"""rules/const_fold.rules end to end: on small graphs shaped like what Keras 3 exports leave after Grappler
+(MobileNetV3's hard-swish before a depthwise conv, Xception's residual of two biased branches, DenseNet's transition),
+the pass takes the folded forms, the graph loses the nodes, and the values stay the same."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tensat_tf.item import GrapplerItem
+from tensat_tf.options import EngineOptions
+from tensat_tf.passes.tensat import TensatPass
+from conftest import run_graph
+
+RNG = np.random.default_rng(0)
+
+
+def _const(*shape):
+    return tf.constant(RNG.normal(size=shape).astype(np.float32))
+
+
+def _hard_swish_depthwise(x):
+    y = tf.nn.bias_add(tf.nn.conv2d(x, _const(1, 1, 4, 8), 1, "SAME"), _const(8))
+    h = tf.nn.relu6(tf.add(tf.constant(3.0), y)) * tf.multiply(tf.constant(1.0 / 6.0), y)
+    return tf.nn.depthwise_conv2d(h, _const(3, 3, 8, 1), [1, 1, 1, 1], "SAME")
+
+
+def _residual_biases(x):
+    a = tf.nn.max_pool2d(tf.add(tf.nn.conv2d(x, _const(3, 3, 4, 8), 1, "SAME"), _const(8)), 3, 2, "SAME")
+    b = tf.add(tf.nn.conv2d(x, _const(1, 1, 4, 8), 2, "SAME"), _const(8))
+    return tf.add(b, a)
+
+
+def _transition(x):
+    return tf.nn.avg_pool2d(tf.nn.conv2d(tf.nn.relu(x), _const(1, 1, 4, 2), 1, "VALID"), 2, 2, "VALID")
+
+
+@pytest.mark.parametrize("build, rule, fewer_ops", [
+    (_hard_swish_depthwise, "C07-depthwise-scalar-in", {"Mul": 1}),
+    (_residual_biases, "C17-residual-biases-join", {"AddV2": 1}),
+    (_transition, "C18-avgpool-conv1x1-swap", {}),
+])
+def test_const_fold_applies_and_keeps_values(build, rule, fewer_ops):
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 8, 8, 4], name="x")
+        tf.identity(build(x), name="out")
+    gd = g.as_graph_def()
+    item = GrapplerItem(feeds=["x:0"], fetches=["out:0"])
+    p = TensatPass(EngineOptions(enable_rules=["tf-fold"]))
+    out = p.optimize(gd, item)
+    assert p.stats.rules_applied.get(rule), p.stats.rules_applied
+    count = lambda graph, op: sum(n.op == op for n in graph.node)   # noqa: E731
+    for op, fewer in fewer_ops.items():
+        assert count(out, op) == count(gd, op) - fewer, (op, count(gd, op), count(out, op))
+    data = RNG.normal(size=(2, 8, 8, 4)).astype(np.float32)
+    want, got = (run_graph(graph_def, item, [data])[0] for graph_def in (gd, out))
+    assert np.max(np.abs(want - got)) <= 1e-5 * np.max(np.abs(want))
