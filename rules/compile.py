@@ -98,7 +98,7 @@ class _Ctx:
             if isinstance(i, int) and i < 0:
                 return f"(vec-get {s} (+ (vec-length {s}) {i}))"
             return f"(vec-get {s} {self.expr(i)})"
-        if head in ("const", "known", "distinct", "ordered"):
+        if head in ("const", "positive", "known", "distinct", "ordered"):
             raise RuleSyntaxError(f"{self.rule.origin}: ({head} ...) is a condition, not a value")
         return "(" + " ".join([str(head)] + [self.expr(x) for x in e[1:]]) + ")"
 
@@ -106,6 +106,8 @@ class _Ctx:
         if isinstance(g, list) and g:
             if g[0] == "const":
                 return f"(IsConst {self.v(g[1])})"
+            if g[0] == "positive":     # a weight whose every element is > 0, decided at ingest from its data
+                return f"(Positive {self.v(g[1])})"
             if g[0] == "known":
                 return f"(vec-not-contains {self.s(g[1])} -1)"
             if g[0] == "distinct":
@@ -131,7 +133,7 @@ def _numeric_uses(e: Sexp, direct: bool, out: list) -> None:
         if head == "dim":
             _numeric_uses(e[2], False, out)
         return
-    if head in ("const", "known", "distinct", "ordered", "rank"):
+    if head in ("const", "positive", "known", "distinct", "ordered", "rank"):
         return
     for x in e[1:]:
         _numeric_uses(x, head in ("=", "!="), out)

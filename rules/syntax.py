@@ -24,6 +24,8 @@ literal position. Integer vectors are written `(vec-of 1 1 1 1)`, strings "SAME"
 Guards (`:when`, a list of conditions, all must hold) and computed literals on the right side may use:
     (rank ?x)  (dim ?x i)  (shape ?x)       the analysis shape of a tensor variable (i < 0 counts from the end)
     (const ?x)                              ?x depends only on weights (folded at emit)
+    (positive ?x)                           ?x is a weight whose every element is a finite float > 0 (read from its
+                                            data at ingest; in tests, a `:weight :positive` binding)
     (known ?x)                              no dimension of ?x is -1: each is a size or a symbol (an unknown dim
                                             named after a graph input's dim, tensat_tf/symbolic.py)
     (distinct ?a ?b)                        two different e-classes
@@ -36,7 +38,8 @@ ordering, a right-side literal) gets an automatic `(>= dim 0)` guard from the co
 
 Tests: `:test BINDING` (repeatable) gives shapes for which the rule must fire; `:reject BINDING` shapes (or weight
 flags) for which it must not. A binding is a list of `(?x d0 d1 ...)` (an input tensor), `(?x :weight d0 ...)`
-(a weight) or `(?x :lit VALUE)` (a literal variable); `:positive` after the name draws values in (0.5, 1.5). A dimension -1 is unknown (as in the analysis): only in
+(a weight) or `(?x :lit VALUE)` (a literal variable); `:positive` after the name draws values in (0.5, 1.5) (for a
+weight it also asserts the `(positive ?x)` fact). A dimension -1 is unknown (as in the analysis): only in
 `:reject` bindings, to show that a guard does not take two unknown dims for equal ones. Every rule with guards needs
 at least one `:reject`.
 """

@@ -33,10 +33,23 @@ def _transition(x):
     return tf.nn.avg_pool2d(tf.nn.conv2d(tf.nn.relu(x), _const(1, 1, 4, 2), 1, "VALID"), 2, 2, "VALID")
 
 
+def _preactivation_bn(x, negative_channel=None):
+    """DenseNet's pre-activation batch norm after a concat: relu(y*s + t) -> conv, s and t per channel
+    (rules/positive_fold.rules). negative_channel: make one element of s negative (the rules must not apply)."""
+    y = tf.concat([x, tf.nn.conv2d(x, _const(3, 3, 4, 4), 1, "SAME")], axis=3)
+    s = RNG.uniform(0.5, 1.5, 8).astype(np.float32)
+    if negative_channel is not None:
+        s[negative_channel] = -0.7
+    r = tf.nn.relu(tf.add(tf.multiply(y, tf.constant(s)), _const(8)))
+    return tf.nn.conv2d(r, _const(3, 3, 8, 4), 1, "SAME")
+
+
 @pytest.mark.parametrize("build, rule, fewer_ops", [
     (_hard_swish_depthwise, "C07-depthwise-scalar-in", {"Mul": 1}),
     (_residual_biases, "C17-residual-biases-join", {"AddV2": 1}),
     (_transition, "C18-avgpool-conv1x1-swap", {}),
+    (_preactivation_bn, "P03-conv-positive-channel-scale-in", {"Mul": 1}),
+    (lambda x: _preactivation_bn(x, negative_channel=3), None, {"Mul": 0}),
 ])
 def test_const_fold_applies_and_keeps_values(build, rule, fewer_ops):
     g = tf.Graph()
@@ -47,7 +60,10 @@ def test_const_fold_applies_and_keeps_values(build, rule, fewer_ops):
     item = GrapplerItem(feeds=["x:0"], fetches=["out:0"])
     p = TensatPass(EngineOptions(enable_rules=["tf-fold"]))
     out = p.optimize(gd, item)
-    assert p.stats.rules_applied.get(rule), p.stats.rules_applied
+    if rule:
+        assert p.stats.rules_applied.get(rule), p.stats.rules_applied
+    else:   # a scale with a non-positive element: relu(s*x + t) != s*relu(x + t/s), the positive folds stay off
+        assert not [r for r in p.stats.rules_applied if r.startswith("P0")], p.stats.rules_applied
     count = lambda graph, op: sum(n.op == op for n in graph.node)   # noqa: E731
     for op, fewer in fewer_ops.items():
         assert count(out, op) == count(gd, op) - fewer, (op, count(gd, op), count(out, op))

@@ -59,6 +59,18 @@ def test_verifier_catches_a_missing_guard():
         soundness.check(bad)
 
 
+def test_positive_guard_is_what_makes_a_value_rule_sound():
+    # relu(x*s) = relu(x)*s needs s > 0: with the guard and a :positive weight it verifies; without the guard the
+    # verifier reports it (:weight values are drawn in (-1, 1)); negatives: the :reject and the positivity-dropped check
+    text = ('(family x)\n(rule {name} (Relu (Mul ?x ?s)) => (Mul (Relu ?x) ?s) {when} '
+            ':test ((?x 3 4) (?s :weight {pos}4)) :reject ((?x 3 4) (?s :weight 4)))')
+    _, (good,), _ = syntax.parse_file(text.format(name="POS", when=":when ((positive ?s))", pos=":positive "), "ok")
+    assert soundness.check(good).negatives == 2
+    _, (bad,), _ = syntax.parse_file(text.format(name="NEG", when="", pos=""), "bad")
+    with pytest.raises(soundness.UnsoundRule, match="rel error"):
+        soundness.check(bad)
+
+
 def test_syntax_errors_are_reported():
     with pytest.raises(syntax.RuleSyntaxError, match="arguments"):
         rules.compile_rule(syntax.parse_file('(family x)\n(rule E (MatMul 0 ?a ?b) => ?a :test ((?a 2 2)))',

@@ -148,6 +148,16 @@ def _weight_key(node) -> bytes:
     return h.digest()
 
 
+def _is_positive(node) -> bool:
+    """Every element is a finite, normal float > 0: the (Positive w) fact of rules' `(positive ?w)` guard (e.g.
+    relu(s*x + t) = s*relu(x + t/s), rules/positive_fold.rules). Subnormals are left out: a device that flushes them
+    to zero would make them 0, and 1/s of one overflows."""
+    arr = tf.make_ndarray(node.attr["value"].tensor)
+    if arr.dtype not in (np.float16, np.float32, np.float64) or not arr.size:
+        return False
+    return bool(np.all(np.isfinite(arr)) and np.all(arr >= np.finfo(arr.dtype).tiny))
+
+
 def _typed_literals(node, spec: ops.OpSpec, nodes_by_name, shapes) -> Optional[dict]:
     """Literal values for a typed term, or None when the node must stay opaque."""
     lit = {}
@@ -221,6 +231,10 @@ class _Ingest:
     def run(self) -> Ingested:
         for idx, name in enumerate(_topological_order(self.ing.graph_def)):
             self._node(idx, self.nodes_by_name[name])
+        # after every term: the facts name existing e-classes and leave the terms' creation order as it was
+        for wid, node in enumerate(self.ing.weights):
+            if _is_positive(node):
+                self.commands.append(L.fact("Positive", [L.call("Weight", [L.lit(wid)])]))
         return self.ing
 
     def _node(self, idx: int, node) -> None:

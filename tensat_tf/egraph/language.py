@@ -13,6 +13,9 @@ Sorts
   (Out tt i) is output i of a tuple; (Ctl tt) stands for a control edge from that node.
 Analysis (ruleset `shapes`)
   (IsConst t): t depends only on weights.
+  (Positive t): t is a weight whose every element is a finite float > 0 (normal, not subnormal), decided at ingest
+  from its data (tensat_tf/egraph/ingest.py); rules guard value-dependent identities with it (`(positive ?s)`).
+  Not propagated through ops: a product of positives may underflow to 0.
   (Made t "RULE"): rule RULE unioned a right side into t's class (provenance for the report's rules_applied).
   (shape t) -> (Vec i64): filled for graph tensors at ingest (TF shape inference, symbols from
   tensat_tf/symbolic.py) and by the table's shape rules for terms that rewrites create; dims are sizes >= 0, -1
@@ -42,6 +45,7 @@ _PRELUDE = "\n(sort IVec (Vec i64))\n" + "\n".join(
     [f"(datatype {s})" for s in terms.TERM_SORTS] + [_constructor(c) for c in terms.STRUCTURAL]) + """
 (function shape (Tensor) IVec :no-merge)
 (relation IsConst (Tensor))
+(relation Positive (Tensor))
 (relation Made (Tensor String))
 (ruleset shapes)
 (rule ((= t (Weight i))) ((IsConst t)) :ruleset shapes)
@@ -104,6 +108,11 @@ def call(fn: str, args: list) -> bindings.Call:
 
 def let(name: str, expr) -> bindings.ActionCommand:
     return bindings.ActionCommand(bindings.Let(SPAN, name, expr))
+
+
+def fact(relation: str, args: list) -> bindings.ActionCommand:
+    """(relation args...): a relation fact (Positive)."""
+    return bindings.ActionCommand(bindings.Expr_(SPAN, call(relation, args)))
 
 
 def union(a, b) -> bindings.ActionCommand:
