@@ -90,9 +90,11 @@ def test_new_weight_roles_are_redrawn():
 
 # --- the measurement tool's shape-plumbing count ------------------------------------------------------------------
 
-def _bench_rules():
-    path = os.path.join(os.path.dirname(__file__), "..", "tools", "bench_rules.py")
-    spec = importlib.util.spec_from_file_location("bench_rules_under_test", path)
+def _plumbing():
+    """tools/plumbing.py (tools/ is not a package; bench_rules.py itself defines absl flags that clash with the CLI's
+    once both are imported in one test process)."""
+    path = os.path.join(os.path.dirname(__file__), "..", "tools", "plumbing.py")
+    spec = importlib.util.spec_from_file_location("plumbing_under_test", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -108,7 +110,7 @@ def test_plumbing_counts_shape_arithmetic_and_computed_reshapes():
     ops = [n.op for n in graph_def.node]
     assert ops.count("Reshape") == 2
     # Shape, 2 StridedSlice, Mul, Pack, and the Reshape whose target they compute
-    assert _bench_rules().plumbing(graph_def) == 6
+    assert _plumbing().plumbing(graph_def) == 6
 
 
 # --- build, convert, verify ---------------------------------------------------------------------------------------

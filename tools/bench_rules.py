@@ -10,7 +10,7 @@ Per model and signature, two conversions with profiling off (`convert --noprofil
 (freeze + Grappler clean-up + e-graph round trip + our writer, as tools/bench.py's "no rules" variant). Reported:
 typed / opaque nodes of the e-graph's input, e-nodes after saturation and the stop reason, the rules that applied in
 the extracted graph (report's `rules_applied`), nodes of the optimized graph vs the no-rules graph, shape-plumbing
-nodes in each (see plumbing()), and the tensat pass seconds. The summary gives the two percentages issue 10 asks for:
+nodes in each (tools/plumbing.py), and the tensat pass seconds. The summary gives the two percentages issue 10 asks for:
 rows where some rule applies, and rows where the optimized graph has fewer nodes than the no-rules graph.
 
 Keras 3's `serve` and `serving_default` signatures are the same function, hence serving_default only by default.
@@ -31,6 +31,9 @@ from absl import app, flags  # noqa: E402
 
 from tensat_tf.cli import engine_flags  # noqa: E402
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from plumbing import plumbing  # noqa: E402
+
 flags.DEFINE_list("models", None, "Zoo models (default: every model of the real-exports suite, zoo.SUITE_NAMES).")
 flags.DEFINE_list("signatures", ["serving_default"], "Signatures to convert (Keras' `serve` is the same function).")
 flags.DEFINE_string("out_json", os.path.join(os.path.dirname(os.path.abspath(__file__)), "results",
@@ -42,47 +45,6 @@ flags.DEFINE_integer("timeout_s", 1800, "Per model and variant: give up on a wor
 flags.DEFINE_string("worker", None, "Internal: convert this one model and print its JSON row.")
 flags.DEFINE_enum("worker_variant", "rules", ["rules", "norules"], "Internal: the worker's variant.")
 FLAGS = flags.FLAGS
-
-# Ops that compute on shape vectors once their data comes from a Shape-like op (all non-constant inputs do).
-_SHAPE_SOURCES = {"Shape", "ShapeN", "Size", "Rank"}
-_SHAPE_OPS = {"StridedSlice", "Pack", "Unpack", "Prod", "GatherV2", "ConcatV2", "Cast", "Mul", "AddV2", "Add", "Sub",
-              "FloorDiv", "RealDiv", "Maximum", "Minimum", "ExpandDims", "Squeeze", "Identity", "Slice", "Reshape",
-              "Fill"}
-# Ops whose second input is a target shape: they count as plumbing when that shape is computed, not constant.
-_SHAPED_BY_INPUT_1 = {"Reshape", "BroadcastTo", "Fill", "Tile"}
-
-
-def plumbing(graph_def) -> int:
-    """Shape-plumbing nodes: Shape/ShapeN/Size/Rank, the arithmetic on their results (StridedSlice, Pack, Prod,
-    GatherV2, ConcatV2, ... whose every non-constant input is such a shape vector), and Reshape/BroadcastTo/Fill/Tile
-    whose target shape is computed by them."""
-    nodes = {n.name: n for n in graph_def.node}
-
-    def src(inp):
-        return inp.lstrip("^").split(":")[0]
-
-    shape_valued = set()
-    changed = True
-    while changed:  # fixpoint: graph_def node order is not topological in general
-        changed = False
-        for n in graph_def.node:
-            if n.name in shape_valued:
-                continue
-            data = [src(i) for i in n.input if not i.startswith("^")]
-            if n.op in _SHAPE_SOURCES:
-                hit = True
-            elif n.op in _SHAPE_OPS:
-                live = [d for d in data if d in nodes and nodes[d].op != "Const"]
-                hit = bool(live) and all(d in shape_valued for d in live)
-            else:
-                hit = False
-            if hit:
-                shape_valued.add(n.name)
-                changed = True
-    computed_target = {n.name for n in graph_def.node if n.op in _SHAPED_BY_INPUT_1 and n.name not in shape_valued
-                       and len(n.input) > 1 and src(n.input[1]) in shape_valued}
-    return len(shape_valued) + len(computed_target)
-
 
 def _graph_after_cleanup(path: str, signature: str):
     """The graph TF would run for `signature` of the SavedModel at `path`: frozen and cleaned by Grappler as the
