@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import platform
+import subprocess
 import sys
 import tempfile
 
@@ -62,7 +63,7 @@ def timing_dependence(report: dict) -> str | None:
     return None
 
 
-def record_one(name: str) -> tuple[dict | None, str | None]:
+def _convert_here(name: str) -> tuple[dict | None, str | None]:
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "out")
         report = convert(f"zoo:{name}", out, Options(profile=False))
@@ -70,12 +71,29 @@ def record_one(name: str) -> tuple[dict | None, str | None]:
         return (None, why) if why else (digests(out), None)
 
 
+def record_one(name: str) -> tuple[dict | None, str | None]:
+    """(file digests, None), or (None, why the run depended on the machine's speed). The model is built and converted
+    in a fresh process with an empty zoo cache: Keras names layers from a process-wide counter, so a model built after
+    others in the same process (or taken from a cache built that way) has other node names, and other bytes."""
+    with tempfile.TemporaryDirectory() as cache:
+        proc = subprocess.run([sys.executable, os.path.abspath(__file__), f"--one={name}"], capture_output=True,
+                              text=True, env=dict(os.environ, **{zoo.CACHE_ENV: cache}), timeout=3600)
+    if proc.returncode != 0:
+        raise RuntimeError(f"converting zoo:{name} failed: {proc.stderr.strip().splitlines()[-1:]}")
+    files, why = json.loads(proc.stdout.strip().splitlines()[-1])
+    return files, why
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", help="write the reference here")
     ap.add_argument("--check", help="compare against this reference")
     ap.add_argument("--models", default=",".join(zoo.NAMES), help="comma-separated zoo names")
+    ap.add_argument("--one", help=argparse.SUPPRESS)      # internal: convert this model here, print the JSON result
     args = ap.parse_args(argv)
+    if args.one:
+        print(json.dumps(_convert_here(args.one)))
+        return 0
     if bool(args.out) == bool(args.check):
         ap.error("give exactly one of --out and --check")
     names = [n for n in args.models.split(",") if n]
