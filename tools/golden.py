@@ -31,8 +31,20 @@ def environment() -> dict:
     import pulp
     import tensorflow as tf
     return {"tensorflow": tf.__version__, "egglog": egglog.__version__ if hasattr(egglog, "__version__") else
-            _dist_version("egglog"), "pulp": _dist_version("pulp"), "machine": platform.machine(),
+            _dist_version("egglog"), "pulp": _dist_version("pulp"), "machine": platform.machine(), "cpu": _cpu_features(),
             "python": platform.python_version_tuple()[0] + "." + platform.python_version_tuple()[1]}
+
+
+def _cpu_features() -> str:
+    """The vector extensions TF's CPU kernels choose between: constant folding runs them, and the folded weights'
+    last bits can differ across them."""
+    wanted = ("avx2", "avx512f", "avx512_bf16", "avx512_fp16", "amx_tile", "fma")
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        return "unknown"
+    return ",".join(w for w in wanted if w in flags) or "none"
 
 
 def _dist_version(name: str) -> str:
