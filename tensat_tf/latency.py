@@ -327,17 +327,20 @@ class _Worker:
         self.err.close()
 
 
-def _run(request: dict, timeout_s: float) -> dict:
-    sig = request["signature"]
+def run_worker(module: str, request: dict, timeout_s: float, what: str, error=None, tail_chars=None) -> dict:
+    """Run `python -m module` in a clean process with the request's thread setting (_env), the request as JSON on
+    stdin; -> the JSON of its last stdout line. A timeout or a failure raises `error` (ProfileError by default) with
+    one line: `what` and the last line of the worker's stderr (at most tail_chars of it)."""
+    error = error or ProfileError
     try:
-        proc = subprocess.run([sys.executable, "-m", "tensat_tf.latency"], input=json.dumps(request) + "\n",
+        proc = subprocess.run([sys.executable, "-m", module], input=json.dumps(request) + "\n",
                               capture_output=True, text=True, env=_env(request.get("threads", 1)),
                               timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        raise ProfileError(f"profiling {sig} took longer than {timeout_s:.0f} s") from None
+        raise error(f"{what} took longer than {timeout_s:.0f} s") from None
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise ProfileError(f"profiling {sig} failed: {tail}")
+        raise error(f"{what} failed: {tail[:tail_chars]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
@@ -354,7 +357,7 @@ def measure(paths: Sequence[str], signature: str, batch_size: int = 1, xla: bool
     request = {"paths": [os.path.abspath(p) for p in paths], "signature": signature, "batch_size": batch_size,
                "xla": xla, "blocks": blocks, "runs": runs, "onnx": [os.path.abspath(p) for p in onnx],
                "threads": threads}
-    return _run(request, timeout_s)
+    return run_worker("tensat_tf.latency", request, timeout_s, f"profiling {request['signature']}")
 
 
 def looks(tests: int, level: float = LEVEL) -> list[int]:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from typing import Optional, Sequence
 
@@ -146,18 +145,7 @@ def measure(tf_paths: Sequence[str], signature: str, batch_size: int = 1, onnx: 
     request = {"tf": [os.path.abspath(p) for p in tf_paths], "onnx": [os.path.abspath(p) for p in onnx],
                "openvino": [os.path.abspath(p) for p in openvino], "signature": signature,
                "batch_size": batch_size, "blocks": blocks, "runs": runs, "threads": threads}
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    if threads == 1:
-        env["TF_OVERRIDE_GLOBAL_THREADPOOL"] = "1"
-    try:
-        proc = subprocess.run([sys.executable, "-m", "tensat_tf.peers"], input=json.dumps(request),
-                              capture_output=True, text=True, env=env, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        raise PeerError(f"timing {signature} took longer than {timeout_s:.0f} s") from None
-    if proc.returncode != 0:
-        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        raise PeerError(f"timing {signature} failed: {tail[:200]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])
+    return latency.run_worker("tensat_tf.peers", request, timeout_s, f"timing {signature}", PeerError, 200)
 
 
 if __name__ == "__main__":
