@@ -140,29 +140,29 @@ def fires(rule: Rule, binding: Binding, weights: Optional[frozenset] = None,
     weights = binding.weights if weights is None else weights
     sorts = var_sorts(rule)
     lhs = [instantiate(s, sorts, binding.shapes, binding.literals) for s in rule.sources]
-    eg = L.new_egraph()
+    session = Session(L.new_egraph())
     prog = [compile_rule(rule), _leaves_program(binding, weights, positive)]
     prog += [f"(let $L{k}_ {egglog_text(t)})" for k, t in enumerate(lhs)]
     prog.append("(run-schedule (saturate (run shapes)))")
     prog.append(f"(run-schedule (run {ruleset_name(rule.name)}))")
     prog.append("(run-schedule (saturate (run shapes)))")
-    eg.run_program(*eg.parse_program("\n".join(prog)))
+    session.run_program("\n".join(prog))
     try:
         rhs = [instantiate(t, sorts, binding.shapes, binding.literals) for t in rule.targets]
     except IndexError:      # a right-side literal reads a dim past the rank: egglog's vec-get fails the match too
         return False, lhs, []
-    eg.run_program(*eg.parse_program("\n".join(f"(let $R{k}_ {egglog_text(t)})" for k, t in enumerate(rhs))))
-    fired = all(Session(eg).check(f"(= $L{k}_ $R{k}_)") for k in range(len(lhs)))
+    session.run_program("\n".join(f"(let $R{k}_ {egglog_text(t)})" for k, t in enumerate(rhs)))
+    fired = all(session.check(f"(= $L{k}_ $R{k}_)") for k in range(len(lhs)))
     return fired, lhs, rhs
 
 
 def rhs_shapes_derived(rhs: list, binding: Binding, expected: list[tuple]) -> bool:
-    eg = L.new_egraph()
+    session = Session(L.new_egraph())
     prog = [_leaves_program(binding, binding.weights)]
     prog += [f"(let $R{k}_ {egglog_text(t)})" for k, t in enumerate(rhs)]
     prog.append("(run-schedule (saturate (run shapes)))")
-    eg.run_program(*eg.parse_program("\n".join(prog)))
-    return all(Session(eg).check(f"(= (shape $R{k}_) (vec-of {' '.join(map(str, s))}))")
+    session.run_program("\n".join(prog))
+    return all(session.check(f"(= (shape $R{k}_) (vec-of {' '.join(map(str, s))}))")
                for k, s in enumerate(expected))
 
 
