@@ -27,12 +27,8 @@ TIMED_STOPS = {"time_limit"}
 
 def environment() -> dict:
     """What the bytes depend on besides the code: a reference recorded elsewhere is not comparable."""
-    import egglog
-    import pulp
-    import tensorflow as tf
-    return {"tensorflow": tf.__version__, "egglog": egglog.__version__ if hasattr(egglog, "__version__") else
-            _dist_version("egglog"), "pulp": _dist_version("pulp"), "machine": platform.machine(), "cpu": _cpu_features(),
-            "python": platform.python_version_tuple()[0] + "." + platform.python_version_tuple()[1]}
+    return {"tensorflow": _dist_version("tensorflow"), "egglog": _dist_version("egglog"), "pulp": _dist_version("pulp"),
+            "machine": platform.machine(), "cpu": _cpu_features(), "python": ".".join(platform.python_version_tuple()[:2])}
 
 
 def _cpu_features() -> str:
