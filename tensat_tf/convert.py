@@ -13,7 +13,7 @@ from typing import Callable
 
 import tensorflow as tf
 
-from tensat_tf import errors, onnx_export, serving
+from tensat_tf import errors, interrupt, onnx_export, serving
 from tensat_tf import verify as verify_mod
 from tensat_tf.io import load as load_mod
 from tensat_tf.io import save as save_mod
@@ -170,6 +170,7 @@ def convert(src: str, output_dir: str, options: Options = Options()) -> dict:
     if options.emit_onnx:
         onnx_export.pick_signature(list(model.signatures), options.onnx_signature)    # fail before the work
     watch.lap("load_freeze")
+    interrupt.check()
 
     report = run.report = {"source": src, "output_dir": output_dir, "signatures": {},
                            "skipped_signatures": model.skipped}
@@ -181,6 +182,7 @@ def convert(src: str, output_dir: str, options: Options = Options()) -> dict:
         out, results = pipeline.run(sig.graph_def, sig.item, passes)
         for r in results:
             watch.add(r.name, r.seconds)
+        interrupt.check()
         run.graphs[name] = out
         stats = tensat_pass.stats
         report["signatures"][name] = {
@@ -213,6 +215,7 @@ def convert(src: str, output_dir: str, options: Options = Options()) -> dict:
                     p = os.path.join(staged, entry)
                     shutil.rmtree(p) if os.path.isdir(p) else os.remove(p)
                 _write_and_verify(run, staged)
+        interrupt.check()
         pending = _deploy_extras(run, staged)
         try:
             stage("publishing " + output_dir)

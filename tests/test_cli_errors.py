@@ -174,8 +174,12 @@ def _catches(pid, sig):
     return bool(mask >> (int(sig) - 1) & 1)
 
 
-def test_interrupt_before_the_command_runs_is_one_line(tmp_path):
-    """SIGINT while the CLI is still importing (before any work): one line, exit 130, no traceback."""
+@pytest.mark.parametrize("delay", [0.5, 1.5, 4.0])
+def test_interrupt_before_the_command_runs_is_one_line(tmp_path, delay):
+    """SIGINT while the CLI is still importing TF or loading (before any output): one line, exit 130, no traceback,
+    nothing written. The delays land in different places of TF's import; an interrupt inside a native module's
+    initialization once became "internal error: ImportError", was swallowed (the model was published), or made
+    the process die by SIGINT (tensat_tf/interrupt.py)."""
     import signal
     import time
     proc = subprocess.Popen(CLI + ["convert", "zoo:mlp", f"--output_dir={tmp_path / 'out'}", "--noprogress"],
@@ -183,9 +187,37 @@ def test_interrupt_before_the_command_runs_is_one_line(tmp_path):
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and not _catches(proc.pid, signal.SIGTERM):   # the CLI's handlers are in
         time.sleep(0.02)
-    time.sleep(0.5)
+    time.sleep(delay)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == errors.Interrupted.exit_code, err
     assert len(err.strip().splitlines()) == 1 and err.startswith("tensat_tf: error: interrupted"), err
     assert not os.path.exists(tmp_path / "out")
+
+
+def test_an_error_caused_by_an_interrupt_is_reported_as_the_interrupt(monkeypatch, capsys):
+    """Native code turns a KeyboardInterrupt into another exception (pybind: "ImportError: initialization failed");
+    once the user asked to stop, the CLI reports the interrupt, not an internal error."""
+    from tensat_tf import interrupt
+    from tensat_tf.cli import convert_cmd, main as cli_main
+
+    def fails(argv):
+        raise ImportError("initialization failed")
+    monkeypatch.setattr(convert_cmd, "main", fails)
+    assert cli_main.main(["tensat_tf", "convert"]) == errors.InternalError.exit_code
+    monkeypatch.setattr(interrupt, "_requested", True)
+    assert cli_main.main(["tensat_tf", "convert"]) == errors.Interrupted.exit_code
+    assert capsys.readouterr().err.strip().splitlines()[-1] == "tensat_tf: error: interrupted: nothing written"
+
+
+def test_a_swallowed_interrupt_does_not_publish(tmp_path, monkeypatch):
+    """An interrupt some library caught on the way leaves its flag: publish refuses before moving anything."""
+    from tensat_tf import interrupt
+    from tensat_tf.io import save
+    staged = tmp_path / "staged"
+    staged.mkdir()
+    (staged / "saved_model.pb").write_bytes(b"x")
+    monkeypatch.setattr(interrupt, "_requested", True)
+    with pytest.raises(KeyboardInterrupt):
+        save.publish(str(staged), str(tmp_path / "out"), overwrite=False)
+    assert not (tmp_path / "out").exists() and (staged / "saved_model.pb").exists() and not save.committing()

@@ -21,6 +21,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 from absl import app, flags, logging  # noqa: E402
 
+from tensat_tf import interrupt  # noqa: E402
+
 from tensat_tf.cli import (batch_cmd, calibrate_cmd, convert_cmd, extract_cmd,  # noqa: E402,F401  (their flags)
                            profile_cmd, rules_cmd)
 
@@ -63,6 +65,7 @@ def _on_signal(signum, frame) -> None:
         return
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)           # the clean-up on the way out must not be cut short
+    interrupt.request()                              # kept, in case native code swallows the exception below
     raise KeyboardInterrupt
 
 
@@ -103,6 +106,8 @@ def main(argv: list[str]) -> int:
             logging.exception("failed")
         return _fail(e.exit_code, str(e))
     except Exception as e:  # noqa: BLE001 - the CLI contract: one line, a distinct code, no traceback by default
+        if interrupt.requested():     # what the interrupt became in native code (e.g. pybind's ImportError)
+            return _fail(errors.Interrupted.exit_code, _INTERRUPTED.get(argv[1], "interrupted"))
         if logging.get_verbosity() >= 1:
             logging.exception("internal error")
         first = str(e).strip().splitlines()[0] if str(e).strip() else ""
@@ -123,11 +128,22 @@ def run() -> None:
     install_signal_handlers()
     if not any(a.startswith(("--verbosity", "-v")) for a in sys.argv[1:]):
         _quiet_native_stderr()
+    code = 0
     try:
         app.run(main, flags_parser=_parse_flags)
     except KeyboardInterrupt:     # before or after main() (flag parsing, imports): still one line
         print("tensat_tf: error: interrupted", file=sys.stderr)
-        sys.exit(130)
+        code = 130
+    except SystemExit as e:
+        code = e.code
+    if interrupt.requested():
+        # An interrupt that reached code run through PyRun_String (pybind11 does, while TF's native modules start)
+        # marks it "unhandled", and the interpreter would then end the process by SIGINT at exit, whatever exit code
+        # was chosen here: the clean-up has run (the `finally` blocks above), so leave now with the code chosen.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code if isinstance(code, int) else 130)
+    sys.exit(code)
 
 
 def _parse_flags(argv: list[str]) -> list[str]:

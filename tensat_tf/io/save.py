@@ -36,7 +36,7 @@ import tensorflow as tf
 from tensorflow.core.protobuf import fingerprint_pb2, saved_model_pb2
 from tensorflow.python.saved_model.pywrap_saved_model import fingerprinting as fingerprinting_pywrap
 
-from tensat_tf import errors
+from tensat_tf import errors, interrupt
 from tensat_tf.io import scan
 from tensat_tf.io.load import Signature
 
@@ -393,6 +393,7 @@ def staging_dir(output_dir: str):
 def publish(staged: str, output_dir: str, overwrite: bool) -> None:
     """Move the staged SavedModel into place. A non-empty destination is replaced only with overwrite=True."""
     global _committing
+    interrupt.check()        # an interrupt some library swallowed on the way must not publish
     _committing = True
     out = os.path.abspath(output_dir)
     old: Optional[str] = None
