@@ -12,6 +12,7 @@ from collections import Counter
 from typing import Optional
 
 from tensat_tf import cost as cost_mod
+from tensat_tf import grappler
 from tensat_tf import rules as rules_mod
 from tensat_tf import terms
 from tensat_tf.egraph import cycles
@@ -128,10 +129,10 @@ class TensatPass:
         """The exported e-graph with the cost model's prices (original e-nodes scaled by original_cost_factor) and
         the cycle blacklist: what extraction solves, in the probe and at the end."""
         g, factor = exp.egraph, self.options.original_cost_factor
-        costs = model.costs(exp)
+        costs, sole_reader = model.priced(exp)
         if factor != 1.0:
             costs = [c * factor + 1e-3 if i in orig_ids else c for i, c in enumerate(costs)]
-        return EGraphData(g.with_costs(costs).nodes, g.classes, g.roots, blacklist)
+        return g.with_costs(costs, sole_reader, blacklist)
 
     def _probe(self, ing, model):
         """The saturation probe: the DAG cost the extractor finds in the e-graph as it is now (the same export, cycle
@@ -206,4 +207,11 @@ class TensatPass:
         stats.rules_applied = rules_applied(g, exp, res.choice, original, self.ruleset)
         out = emit_mod.emit(ing, exp, res.choice)
         lap("emit")
+        failed = grappler.runtime_error(out, item)
+        lap("grappler_check")
+        if failed is not None and grappler.runtime_error(graph_def, item) is None:
+            # TF would run the rewritten graph without that optimizer's fusions: keep what it runs well
+            stats.kept_input = f"TF's Grappler fails on the rewritten graph: {failed}"
+            stats.rules_applied = {}
+            return graph_def
         return out

@@ -134,6 +134,53 @@ def test_ilp_matches_brute_force_on_random_cyclic_egraphs(acyclicity, short_cycl
         checked += 1
 
 
+# A convolution's bias fuses into it only when the bias is its one reader (cost/fusion.py). Classes: 0 = input,
+# 1 = K conv, 2 = B bias(K), 3 = C: add3(B) or bias3(K) (a second bias of K, cheaper alone), 4 = root mul(B, C).
+# Priced per node, bias3 wins (5+1+1+3 = 10); with the sole-reader extras (2 each) it costs 14, add3 12.
+FANOUT = [("in", 0, (), 0.0), ("conv", 1, (0,), 5.0), ("bias", 2, (1,), 1.0), ("add3", 3, (2,), 3.0),
+          ("bias3", 3, (1,), 1.0), ("mul", 4, (2, 3), 3.0)]
+
+
+def _with_sole_reader(eg: EGraphData, sole: dict) -> EGraphData:
+    return eg.with_costs([n.cost for n in eg.nodes], sole)
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_ilp_pays_for_a_second_reader_of_a_fused_contraction(solver):
+    eg = egraph(FANOUT, [4])
+    fan_out = {0: 0, 1: 1, 2: 2, 3: 4, 4: 5}
+    assert dag.dag_cost(eg, fan_out) == 10.0
+    priced = _with_sole_reader(eg, {2: (1, 2.0), 4: (1, 2.0)})
+    assert dag.dag_cost(priced, fan_out) == 14.0
+    assert dag.dag_cost(priced, {**fan_out, 3: 3}) == 12.0
+    res = ilp.solve_ilp(priced, fan_out, 10, solver, rel_gap=0.0)
+    assert res.choice[3] == 3 and dag.dag_cost(priced, res.choice) == 12.0 and res.status == "optimal"
+    # a root counts as a reader: the bias of an output conv is never fused
+    assert dag.dag_cost(_with_sole_reader(eg, {1: (0, 7.0)}), fan_out) == 10.0     # "in" is read by conv only
+    assert dag.dag_cost(_with_sole_reader(egraph(FANOUT, [4, 1]), {2: (1, 2.0)}), fan_out) == 12.0
+
+
+def test_ilp_matches_brute_force_with_sole_reader_extras():
+    """Random cyclic e-graphs where some nodes pay an extra when their first child class has another reader."""
+    rng = random.Random(11)
+    checked = 0
+    while checked < 40:
+        eg = _random_egraph(rng)
+        sole = {i: (n.children[0], float(rng.randint(1, 4))) for i, n in enumerate(eg.nodes)
+                if n.children and rng.random() < 0.4}
+        eg = _with_sole_reader(eg, sole)
+        best = brute_force(eg)
+        try:
+            start = greedy.greedy_choice(eg)
+        except NoExtraction:
+            continue
+        res = ilp.solve_ilp(eg, start, 10, SOLVERS[-1], rel_gap=0.0)
+        assert dag.is_valid(eg, res.choice)
+        assert res.status == "optimal", (eg, res)
+        assert dag.dag_cost(eg, res.choice) == pytest.approx(best), (eg, res)
+        checked += 1
+
+
 # Classes: 0 = input, 1 = X, 2 = S = split(M), 3 = M, 4 = root r(X). X is conv(input) (2) or split0(S); M is
 # mconv(input) (3) or concat(X, X), free. The cheapest choice, r(split0(split(concat(X, X)))) = 1, is the identity
 # cycle X -> S -> M -> X; the acyclic optimum is r(conv(input)) = 3, and the chain bound 1 + 2 proves it.

@@ -125,7 +125,7 @@ def test_pass_prices_the_folded_conv_bias_relu_as_one_kernel_and_verifies(monkey
 
     def run(fused):
         if not fused:
-            monkeypatch.setattr(analytic, "apply_fusion", lambda exp, c, *a: c)
+            monkeypatch.setattr(analytic, "fusion_terms", lambda exp, c, *a: (c, {}))
         p = TensatPass(EngineOptions(enable_rules=["tf-fold"]))
         out = p.optimize(gd, item)
         monkeypatch.undo()

@@ -24,6 +24,7 @@ OpenVINO is optional (`pip install -e ".[bench]"`); without it its columns say s
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import re
@@ -146,7 +147,9 @@ def _time_peers(src, plain, out, sig_name, batch, onnx, openvino, entry) -> dict
     r = {"runs": m["runs"], "blocks": m["blocks"], "subjects": subj,
          "tf_ms": [x["ms"] for x in tf_],
          "no_rules": ratio(tf_[0]["block_ms"], tf_[1]["block_ms"]),
-         "optimized": ratio(tf_[0]["block_ms"], tf_[2]["block_ms"])}
+         "optimized": ratio(tf_[0]["block_ms"], tf_[2]["block_ms"]),
+         # the e-graph's own gain: the no-rules output against ours, in the same blocks
+         "egraph_gain": ratio(tf_[1]["block_ms"], tf_[2]["block_ms"])}
     for label, d in (("onnxruntime", ort), ("openvino", ov)):
         orig, ours = d.get("original") or {}, d.get("ours") or {}
         if not d:
@@ -187,8 +190,8 @@ def markdown(rows: list, command: str) -> str:
         "",
         "| model | batch | TF orig ms | TF no-rules (speedup) | TF optimized (speedup) | ORT orig ms "
         "| ORT ours ms (speedup) | OV orig ms | OV ours ms (speedup) | XLA no-rules / optimized | optimizer s "
-        "| e-nodes (stop) | rules applied | nodes |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| e-nodes (stop) | rules applied | nodes | e-graph gain (no-rules / optimized) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         for sig, e in row["signatures"].items():
@@ -211,7 +214,13 @@ def markdown(rows: list, command: str) -> str:
                     f"| {label} | {b} | {r['tf_ms'][0]:.3f} | {_iv(r['no_rules'])} | {_iv(r['optimized'])} | {ort_o} "
                     f"| {ort_u} | {ov_o} | {ov_u} | {xla_txt} | {row['timing_s'].get('tensat', 0):.2f} "
                     f"| {eg.get('enodes')} ({eg.get('stop_reason')}) | {applied} "
-                    f"| {e['nodes_before']} -> {e['nodes_after']}{kept} |")
+                    f"| {e['nodes_before']} -> {e['nodes_after']}{kept} | {_iv(r.get('egraph_gain'))} |")
+    gains = [r["egraph_gain"]["ratio"] for row in rows for e in row["signatures"].values()
+             for r in e["latency"].values() if r.get("egraph_gain")]
+    if gains:
+        geo = math.exp(sum(math.log(g) for g in gains) / len(gains))
+        lines += ["", f"E-graph gain over {len(gains)} rows: geometric mean {geo:.3f}x; >= 1.10x on "
+                      f"{sum(g >= 1.10 for g in gains)}; below 0.98x on {sum(g < 0.98 for g in gains)}."]
     return "\n".join(lines)
 
 
@@ -316,17 +325,27 @@ def main(argv):
         for name in models:
             print(f"[{time.perf_counter() - t0:7.1f} s] {name}", file=sys.stderr)
             rows.append(bench_model(name, engine, batch_sizes, tmp))
-    command = "python tools/bench.py " + " ".join(a for a in sys.argv[1:] if not a.startswith(("--out_json",
-                                                                                          "--markdown")))
-    text = markdown(rows, command.strip()) + f"\n\nTotal benchmark time: {time.perf_counter() - t0:.0f} s.\n"
+            if FLAGS.out_json:      # after every model: a long run that dies keeps what it measured
+                _write_json(rows, t0)
+    command = _command()
+    text = markdown(rows, command) + f"\n\nTotal benchmark time: {time.perf_counter() - t0:.0f} s.\n"
     print(text)
     if FLAGS.markdown:
         with open(FLAGS.markdown, "w") as f:
             f.write(text)
     if FLAGS.out_json:
-        with open(FLAGS.out_json, "w") as f:
-            json.dump({"command": command.strip(), "seconds": round(time.perf_counter() - t0, 1), "rows": rows}, f,
-                      indent=1, default=str)
+        _write_json(rows, t0)
+
+
+def _command() -> str:
+    return ("python tools/bench.py " + " ".join(a for a in sys.argv[1:]
+                                               if not a.startswith(("--out_json", "--markdown")))).strip()
+
+
+def _write_json(rows: list, t0: float) -> None:
+    with open(FLAGS.out_json, "w") as f:
+        json.dump({"command": _command(), "seconds": round(time.perf_counter() - t0, 1), "rows": rows}, f,
+                  indent=1, default=str)
 
 
 if __name__ == "__main__":

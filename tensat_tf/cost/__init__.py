@@ -15,6 +15,8 @@ from tensat_tf.cost import analytic
 from tensat_tf.cost.analytic import CPU, GPU, DEVICES, Device, constant_classes, node_cost, device_named
 from tensat_tf.egraph.export import Exported
 
+SoleReader = dict[int, tuple[int, float]]     # node -> (class, extra): EGraphData.sole_reader
+
 MODELS = ("analytic", "measured")
 
 __all__ = ["CPU", "GPU", "DEVICES", "Device", "CostModel", "AnalyticCostModel", "MODELS", "get_model",
@@ -24,6 +26,10 @@ __all__ = ["CPU", "GPU", "DEVICES", "Device", "CostModel", "AnalyticCostModel", 
 class CostModel(Protocol):
     def costs(self, exp: Exported, batch_size: Optional[int] = None) -> list[float]:
         """One cost (ms) per e-node of exp.egraph, index-aligned with exp.egraph.nodes."""
+
+    def priced(self, exp: Exported, batch_size: Optional[int] = None) -> tuple[list[float], SoleReader]:
+        """costs() and, for each node priced as a fused epilogue, (the class it must be the only reader of, the
+        extra cost when it is not): EGraphData.sole_reader."""
 
 
 class AnalyticCostModel:
@@ -35,6 +41,9 @@ class AnalyticCostModel:
 
     def costs(self, exp: Exported, batch_size: Optional[int] = None) -> list[float]:
         return analytic.costs(exp, self.batch_size if batch_size is None else batch_size, self.device)
+
+    def priced(self, exp: Exported, batch_size: Optional[int] = None) -> tuple[list[float], SoleReader]:
+        return analytic.priced(exp, self.batch_size if batch_size is None else batch_size, self.device)
 
 
 def get_model(name: str = "analytic", batch_size: int = 1, device: Device | str | None = None,

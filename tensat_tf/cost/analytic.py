@@ -327,18 +327,29 @@ def fused_cost(term: str, in_shapes: Optional[Sequence[Shape]], out_shape: Optio
 def apply_fusion(exp: Exported, costs_ms: list[float], batch_size: int, device: Device) -> list[float]:
     """costs_ms with every node the runtime fuses into a contraction (fusion.fused_nodes) repriced by fused_cost,
     for the device's fused_contractions. Folded nodes keep their 0."""
+    return fusion_terms(exp, costs_ms, batch_size, device)[0]
+
+
+def fusion_terms(exp: Exported, costs_ms: list[float], batch_size: int,
+                 device: Device) -> tuple[list[float], dict[int, tuple[int, float]]]:
+    """(apply_fusion's costs, sole_reader): for each node priced fused, the class whose only reader it must be for
+    the fusion to happen, and what it costs more when it is not (its separate price less its fused one). Extraction
+    adds that when the chosen program gives the class another reader (egraph/data.py EGraphData.sole_reader)."""
     if not device.fused_contractions:
-        return costs_ms
+        return costs_ms, {}
     from tensat_tf.cost import fusion
     const = constant_classes(exp.egraph)
     out = list(costs_ms)
-    for i in fusion.fused_nodes(exp, device.fused_contractions):
+    sole: dict[int, tuple[int, float]] = {}
+    for i, (_, reads) in sorted(fusion.fusion_sites(exp, device.fused_contractions).items()):
         n = exp.egraph.nodes[i]
         if is_folded(n, const):
             continue
         in_shapes, out_shape = node_shapes(exp, i, batch_size)
         out[i] = min(out[i], fused_cost(n.op, in_shapes, out_shape, device))
-    return out
+        if costs_ms[i] > out[i]:
+            sole[i] = (reads, costs_ms[i] - out[i])
+    return out, sole
 
 
 def costs(exp: Exported, batch_size: int = 1, device: Device = CPU, fusion: bool = True) -> list[float]:
@@ -359,4 +370,11 @@ def costs(exp: Exported, batch_size: int = 1, device: Device = CPU, fusion: bool
         in_shapes, out_shape = node_shapes(exp, i, batch_size)
         out.append(node_cost(n.op, n.payload, in_shapes, out_shape, batch_size, device))
     return apply_fusion(exp, out, batch_size, device) if fusion else out
+
+
+def priced(exp: Exported, batch_size: int = 1,
+           device: Device = CPU) -> tuple[list[float], dict[int, tuple[int, float]]]:
+    """costs() and the sole-reader terms of its fused nodes (fusion_terms): what extraction needs."""
+    device = device_named(device)
+    return fusion_terms(exp, costs(exp, batch_size, device, fusion=False), batch_size, device)
 

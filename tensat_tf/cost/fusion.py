@@ -28,8 +28,11 @@ Approximations (costs only steer extraction; the emitted graph is verified, so n
     Split of a merged conv stays discounted, though on the merged form it would sit on a Split and run unfused.
     Per-node costs cannot tell the two apart; on zoo:real_resnet50v2 the merged form is chosen with and without
     fusion-aware costs alike.
-  - The remapper also requires the contraction's output to have no other reader and matching dtypes; fan-out is a
-    property of the extracted program, not of the e-graph, so it is not checked.
+  - The remapper also requires the contraction's output to have no other reader. That is a property of the
+    extracted program, not of a node: each fused node names the class it must be the only reader of
+    (fusion_sites), and extraction adds back its discount when the program gives that class another reader
+    (EGraphData.sole_reader, extract/dag.py, extract/ilp.py). Without it, MobileNetV3's hard-swish lost 18 fusions:
+    a scalar folded into a second bias of the same convolution looked free on both biases.
   - GPU devices fuse nothing here: the GPU remapper fuses a different set and nothing was measured there.
 """
 from __future__ import annotations
@@ -61,29 +64,42 @@ def _bias_shaped(contraction: str, out: Optional[Sequence[int]], bias: Optional[
 def fused_nodes(exp: Exported, contractions=CONTRACTIONS) -> dict[int, str]:
     """node index -> 'bias' | 'bn' | 'act' for every e-node that runs as the epilogue of a fused contraction, the
     contractions limited to `contractions` (the ones whose fusion pays on the device: Device)."""
+    return {i: kind for i, (kind, _) in fusion_sites(exp, contractions).items()}
+
+
+def fusion_sites(exp: Exported, contractions=CONTRACTIONS) -> dict[int, tuple[str, int]]:
+    """node index -> (kind, the class it reads the fused kernel's output from) for every fused epilogue node (see
+    fused_nodes). The remapper fuses only when that output has no other reader: the bias node must be the
+    contraction's only reader, the activation the bias's (or batch norm's) only reader. Whether it is depends on the
+    extracted program, not on the e-graph: extraction prices it (egraph/data.py EGraphData.sole_reader)."""
     g = exp.egraph
     offers: dict[int, set[str]] = {}            # class -> contraction terms among its e-nodes
     for n in g.nodes:
         if n.op in CONTRACTIONS and n.op in contractions:
             offers.setdefault(n.eclass, set()).add(n.op)
-    fused: dict[int, str] = {}
+    fused: dict[int, tuple[str, int]] = {}
     epilogue: dict[int, set[str]] = {}          # class -> contractions a fused bias node of it sits on
     bn_tuple: set[int] = set()                  # TTuple classes of a fused FusedBatchNormV3
     for i, n in enumerate(g.nodes):
+        reads = None
         if n.op == "BiasAdd" and len(n.children) == 2:
             kinds = offers.get(n.children[0], set())
+            reads = n.children[0]
         elif n.op == "AddV2" and len(n.children) == 2:
             kinds = set()
             for c, b in ((n.children[0], n.children[1]), (n.children[1], n.children[0])):
-                kinds |= {k for k in offers.get(c, ()) if _bias_shaped(k, exp.shapes.get(c), exp.shapes.get(b))}
+                here = {k for k in offers.get(c, ()) if _bias_shaped(k, exp.shapes.get(c), exp.shapes.get(b))}
+                if here and reads is None:
+                    reads = c
+                kinds |= here
         elif n.op == "FusedBatchNormV3" and n.children and "Conv2D" in offers.get(n.children[0], ()):
-            fused[i] = "bn"
+            fused[i] = ("bn", n.children[0])
             bn_tuple.add(n.eclass)
             continue
         else:
             continue
         if kinds:
-            fused[i] = "bias"
+            fused[i] = ("bias", reads)
             epilogue.setdefault(n.eclass, set()).update(kinds)
     bn_out = {n.eclass for n in g.nodes if n.op == "Out" and n.children and n.children[0] in bn_tuple
               and n.payload and n.payload[0] == 0}
@@ -93,5 +109,5 @@ def fused_nodes(exp: Exported, contractions=CONTRACTIONS) -> dict[int, str]:
             continue
         c = n.children[0]
         if epilogue.get(c, set()) & allowed or (c in bn_out and n.op in BN_ACTIVATIONS):
-            fused[i] = "act"
+            fused[i] = ("act", c)
     return fused

@@ -319,6 +319,10 @@ class MeasuredCostModel:
 
     def costs(self, exp: Exported, batch_size: Optional[int] = None) -> list[float]:
         """One cost (ms) per e-node of exp.egraph, index-aligned with exp.egraph.nodes; times cache misses first."""
+        return self.priced(exp, batch_size)[0]
+
+    def priced(self, exp: Exported, batch_size: Optional[int] = None) -> tuple[list[float], dict]:
+        """costs() and the sole-reader terms of the fused nodes (analytic.fusion_terms)."""
         batch = self.batch_size if batch_size is None else batch_size
         const = analytic.constant_classes(exp.egraph)
         shapes: dict[int, tuple] = {}
@@ -345,7 +349,7 @@ class MeasuredCostModel:
                     ms = analytic.node_cost(n.op, n.payload, in_shapes, out_shape, batch, self.device)
                 out.append(ms)
         # each op was timed alone; the runtime runs some as a contraction's epilogue (cost/fusion.py)
-        return analytic.apply_fusion(exp, out, batch, self.device)
+        return analytic.fusion_terms(exp, out, batch, self.device)
 
 
 if __name__ == "__main__":

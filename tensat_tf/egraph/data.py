@@ -10,7 +10,7 @@ every tie-break) is deterministic: nodes are numbered in export order, classes i
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 
 @dataclasses.dataclass(frozen=True)
@@ -28,6 +28,10 @@ class EGraphData:
     classes: list[list[int]]      # class id -> node ids, ascending
     roots: list[int]              # class ids that must be computed (graph outputs)
     blacklist: frozenset[int] = frozenset()   # node ids that may never be chosen (cycle filter)
+    # node id -> (class, extra): the node costs `extra` more when the chosen program has another reader of `class`
+    # (a root counts as one). The cost model's fused epilogues (cost/fusion.py): TF fuses a bias into its
+    # convolution only when the bias is the convolution's one reader, and a node's price cannot see that.
+    sole_reader: Mapping[int, tuple[int, float]] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def build(cls, nodes: Sequence[ENode], roots: Sequence[int], blacklist=()) -> "EGraphData":
@@ -45,6 +49,9 @@ class EGraphData:
     def num_classes(self) -> int:
         return len(self.classes)
 
-    def with_costs(self, costs: Sequence[float]) -> "EGraphData":
+    def with_costs(self, costs: Sequence[float], sole_reader: Optional[Mapping[int, tuple[int, float]]] = None,
+                   blacklist: Optional[frozenset[int]] = None) -> "EGraphData":
+        """This e-graph with new node costs (and, when given, new sole-reader terms and blacklist)."""
         nodes = [dataclasses.replace(n, cost=float(c)) for n, c in zip(self.nodes, costs, strict=True)]
-        return EGraphData(nodes, self.classes, self.roots, self.blacklist)
+        return EGraphData(nodes, self.classes, self.roots, self.blacklist if blacklist is None else blacklist,
+                          self.sole_reader if sole_reader is None else dict(sole_reader))

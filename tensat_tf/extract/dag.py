@@ -5,6 +5,7 @@ extractor: a choice is read only from the roots down.
 """
 from __future__ import annotations
 
+from collections import Counter
 from typing import Mapping, Optional
 
 import networkx as nx
@@ -36,8 +37,20 @@ def prune(egraph: EGraphData, choice: Choice) -> dict[int, int]:
 
 
 def dag_cost(egraph: EGraphData, choice: Choice) -> float:
-    """Sum of self costs of the chosen nodes reachable from the roots, each counted once (shared subgraphs once)."""
-    return sum(egraph.nodes[choice[c]].cost for c in sorted(reachable_classes(egraph, choice)))
+    """Sum of self costs of the chosen nodes reachable from the roots, each counted once (shared subgraphs once),
+    plus the sole-reader extra of every chosen node whose class has another reader in the program
+    (EGraphData.sole_reader)."""
+    needed = sorted(reachable_classes(egraph, choice))
+    cost = sum(egraph.nodes[choice[c]].cost for c in needed)
+    if egraph.sole_reader:
+        readers = Counter(set(egraph.roots))
+        for c in needed:
+            readers.update(set(egraph.nodes[choice[c]].children))
+        for c in needed:
+            term = egraph.sole_reader.get(choice[c])
+            if term is not None and readers[term[0]] > 1:
+                cost += term[1]
+    return cost
 
 
 def class_graph(egraph: EGraphData, choice: Choice) -> nx.DiGraph:

@@ -6,10 +6,11 @@ Each step removes only nodes that no optimal acyclic choice needs:
      (the least fixpoint, computed bottom-up like the greedy). An acyclic choice is a bottom-up construction, so it
      can never use a class outside this set; iterated "empty child class" removal would miss classes that only feed
      themselves through a cycle.
-  3. Dominated nodes: b dominates a (same class) when b's child classes are a subset of a's and b costs no more.
-     Swapping a for b in any acyclic choice keeps it acyclic (b's edges are a subset of a's, into classes already
-     chosen) and costs no more. Equal pairs keep the lowest id, so the relation is a strict order and every removed
-     node has a kept dominator.
+  3. Dominated nodes: b dominates a (same class) when b's child classes are a subset of a's and b costs no more,
+     counting b's sole-reader extra (EGraphData.sole_reader) as paid and a's as not. Swapping a for b in any
+     acyclic choice keeps it acyclic (b's edges are a subset of a's, into classes already chosen) and costs no more
+     (b reads fewer classes, so no other node's extra is added). Equal pairs keep the lowest id, so the relation is
+     a strict order and every removed node has a kept dominator.
   4. Classes unreachable from the roots through the remaining nodes, and their nodes.
 """
 from __future__ import annotations
@@ -75,6 +76,7 @@ def _drop_ungroundable(egraph: EGraphData, kids: list[tuple[int, ...]], alive: l
 
 def _drop_dominated(egraph: EGraphData, kids: list[tuple[int, ...]], alive: list[bool]) -> None:
     cost = [n.cost for n in egraph.nodes]
+    worst = [c + egraph.sole_reader.get(i, (0, 0.0))[1] for i, c in enumerate(cost)]
     for members in egraph.classes:
         live = [i for i in members if alive[i]]
         if len(live) < 2:
@@ -82,8 +84,8 @@ def _drop_dominated(egraph: EGraphData, kids: list[tuple[int, ...]], alive: list
         sets = {i: frozenset(kids[i]) for i in live}
         for a in live:
             for b in live:
-                if b == a or not (sets[b] <= sets[a] and cost[b] <= cost[a]):
+                if b == a or not (sets[b] <= sets[a] and worst[b] <= cost[a]):
                     continue
-                if sets[b] != sets[a] or cost[b] < cost[a] or b < a:
+                if sets[b] != sets[a] or worst[b] < cost[a] or b < a:
                     alive[a] = False
                     break

@@ -71,6 +71,12 @@ class Session:
         self._highs: Optional["_HiGHS"] = None
         self._pulp: Optional[_PulpMirror] = None
 
+    def set_rel_gap(self, rel_gap: float) -> None:
+        """The gap at which the next solves stop (see __init__)."""
+        self.rel_gap = rel_gap
+        if self._highs is not None:
+            self._highs.h.setOptionValue("mip_rel_gap", float(rel_gap))
+
     def solve(self, seconds: float) -> SolveResult:
         t0 = time.monotonic()
         seconds = max(seconds, 0.1)
