@@ -129,10 +129,10 @@ class TensatPass:
         """The exported e-graph with the cost model's prices (original e-nodes scaled by original_cost_factor) and
         the cycle blacklist: what extraction solves, in the probe and at the end."""
         g, factor = exp.egraph, self.options.original_cost_factor
-        costs, sole_reader = model.priced(exp)
+        costs, fused = model.priced(exp)
         if factor != 1.0:
             costs = [c * factor + 1e-3 if i in orig_ids else c for i, c in enumerate(costs)]
-        return g.with_costs(costs, sole_reader, blacklist)
+        return g.with_costs(costs, fused, blacklist)
 
     def _probe(self, ing, model):
         """The saturation probe: the DAG cost the extractor finds in the e-graph as it is now (the same export, cycle

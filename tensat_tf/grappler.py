@@ -9,6 +9,7 @@ from tensorflow.core.protobuf import config_pb2, meta_graph_pb2
 from tensorflow.python.grappler import tf_optimizer
 
 from tensat_tf.item import GrapplerItem, node_name
+from tensat_tf.options import MIN_VARIABLE_ELEMENTS
 
 
 def optimize_graph(graph_def, item: GrapplerItem, optimizers: Sequence[str], **rewrite_options):
@@ -48,12 +49,33 @@ def runtime_error(graph_def, item: GrapplerItem) -> Optional[str]:
     missing node", its hard-swish fusion) and so lost every conv fusion, 0.96x of the no-rules graph. Placement
     matters: the remapper fuses only nodes placed on a CPU."""
     placed = graph_pb2.GraphDef()
-    placed.CopyFrom(graph_def)
-    for n in placed.node:
-        if not n.device:
-            n.device = "/device:CPU:0"
+    for n in graph_def.node:
+        node = placed.node.add()
+        node.CopyFrom(n)
+        if not node.device:
+            node.device = "/device:CPU:0"
+        if n.op == "Const" and _elements(n.attr["value"].tensor) >= MIN_VARIABLE_ELEMENTS:
+            # served, a weight is a variable read (tensat_tf/io/save.py), not a constant: Grappler rewrites the two
+            # differently (the failure above happens with reads, not with placeholders), and folding
+            # Inception-ResNet-v2's weights as constants here took 6 s
+            dtype, shape = n.attr["dtype"].type, n.attr["value"].tensor.tensor_shape
+            handle = placed.node.add(name=f"{n.name}/tensat_handle", op="VarHandleOp", device=node.device)
+            handle.attr["dtype"].type = dtype
+            handle.attr["shape"].shape.CopyFrom(shape)
+            handle.attr["shared_name"].s = handle.name.encode()
+            node.op = "ReadVariableOp"
+            node.ClearField("attr")
+            node.attr["dtype"].type = dtype
+            node.input.append(handle.name)
     try:
         optimize_graph(placed, item, [], fail_on_optimizer_errors=True)
     except tf.errors.OpError as e:
         return (e.message.strip().splitlines() or [type(e).__name__])[0]
     return None
+
+
+def _elements(tensor) -> int:
+    n = 1
+    for d in tensor.tensor_shape.dim:
+        n *= d.size
+    return n

@@ -41,6 +41,9 @@ class Budget:
 
 
 METHODS, SOLVERS, COST_MODELS = ("ilp", "greedy"), ("auto", "cbc", "highs"), ("analytic", "measured")
+# Constants of at least this many elements are saved as variables, the rest stay constants in the graph (the default
+# of Options.min_variable_elements; tensat_tf/io/save.py, and tensat_tf/grappler.py, which mimics a served graph).
+MIN_VARIABLE_ELEMENTS = 1024
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,7 +99,7 @@ class Options:
     verify_batch_sizes: Sequence[int] = (1, 4)
     seed: int = 0
     rtol: Optional[float] = None
-    min_variable_elements: int = 1024
+    min_variable_elements: int = MIN_VARIABLE_ELEMENTS     # larger constants are saved as variables
     tags: Sequence[str] = ("serve",)
     allow_ops: Sequence[str] = ()       # ops with effects outside the graph to accept anyway (tensat_tf/io/scan.py)
     engine: EngineOptions = EngineOptions()

@@ -218,6 +218,7 @@ def test_a_swallowed_interrupt_does_not_publish(tmp_path, monkeypatch):
     staged.mkdir()
     (staged / "saved_model.pb").write_bytes(b"x")
     monkeypatch.setattr(interrupt, "_requested", True)
+    monkeypatch.setattr(save, "_committing", False)      # a publish earlier in this process left it set
     with pytest.raises(KeyboardInterrupt):
         save.publish(str(staged), str(tmp_path / "out"), overwrite=False)
     assert not (tmp_path / "out").exists() and (staged / "saved_model.pb").exists() and not save.committing()

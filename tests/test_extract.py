@@ -16,7 +16,7 @@ import pytest
 
 from tensat_tf import errors
 from tensat_tf.cli import extract_cmd as cli
-from tensat_tf.egraph.data import EGraphData, ENode
+from tensat_tf.egraph.data import EGraphData, ENode, Fused
 from tensat_tf.extract import NoExtraction, bound, dag, extract, greedy, ilp, serialized, solvers
 
 DATA = "/work/shared/data/egraphs"
@@ -141,8 +141,10 @@ FANOUT = [("in", 0, (), 0.0), ("conv", 1, (0,), 5.0), ("bias", 2, (1,), 1.0), ("
           ("bias3", 3, (1,), 1.0), ("mul", 4, (2, 3), 3.0)]
 
 
-def _with_sole_reader(eg: EGraphData, sole: dict) -> EGraphData:
-    return eg.with_costs([n.cost for n in eg.nodes], sole)
+def _with_fused(eg: EGraphData, terms: dict) -> EGraphData:
+    """terms: node -> (class read, extra[, producers]); producers default to every node of that class."""
+    return eg.with_costs([n.cost for n in eg.nodes], {
+        i: Fused(t[0], t[1], frozenset(t[2] if len(t) > 2 else eg.classes[t[0]])) for i, t in terms.items()})
 
 
 @pytest.mark.parametrize("solver", SOLVERS)
@@ -150,25 +152,33 @@ def test_ilp_pays_for_a_second_reader_of_a_fused_contraction(solver):
     eg = egraph(FANOUT, [4])
     fan_out = {0: 0, 1: 1, 2: 2, 3: 4, 4: 5}
     assert dag.dag_cost(eg, fan_out) == 10.0
-    priced = _with_sole_reader(eg, {2: (1, 2.0), 4: (1, 2.0)})
+    priced = _with_fused(eg, {2: (1, 2.0), 4: (1, 2.0)})
     assert dag.dag_cost(priced, fan_out) == 14.0
     assert dag.dag_cost(priced, {**fan_out, 3: 3}) == 12.0
     res = ilp.solve_ilp(priced, fan_out, 10, solver, rel_gap=0.0)
     assert res.choice[3] == 3 and dag.dag_cost(priced, res.choice) == 12.0 and res.status == "optimal"
+    # the fusion needs the conv itself: a K computed otherwise (say the Split of a merged conv) pays the extra
+    split = _with_fused(egraph(FANOUT + [("split0", 1, (0,), 4.0)], [4]), {2: (1, 2.0, [1]), 4: (1, 2.0, [1])})
+    assert dag.dag_cost(split, {**fan_out, 3: 3, 1: 6}) == 4 + 1 + 3 + 3 + 2
+    res = ilp.solve_ilp(split, {**fan_out, 3: 3, 1: 6}, 10, solver, rel_gap=0.0)
+    assert res.choice[1] == 1 and res.choice[3] == 3 and res.status == "optimal"   # split0 (4) is cheaper alone
+    assert dag.dag_cost(split, res.choice) == 12.0 == brute_force(split)
     # a root counts as a reader: the bias of an output conv is never fused
-    assert dag.dag_cost(_with_sole_reader(eg, {1: (0, 7.0)}), fan_out) == 10.0     # "in" is read by conv only
-    assert dag.dag_cost(_with_sole_reader(egraph(FANOUT, [4, 1]), {2: (1, 2.0)}), fan_out) == 12.0
+    assert dag.dag_cost(_with_fused(eg, {1: (0, 7.0)}), fan_out) == 10.0     # "in" is read by conv only
+    assert dag.dag_cost(_with_fused(egraph(FANOUT, [4, 1]), {2: (1, 2.0)}), fan_out) == 12.0
 
 
-def test_ilp_matches_brute_force_with_sole_reader_extras():
-    """Random cyclic e-graphs where some nodes pay an extra when their first child class has another reader."""
+def test_ilp_matches_brute_force_with_fused_extras():
+    """Random cyclic e-graphs where some nodes pay an extra when their first child class has another reader or is
+    not computed by one of some random nodes of it."""
     rng = random.Random(11)
     checked = 0
-    while checked < 40:
+    while checked < 60:
         eg = _random_egraph(rng)
-        sole = {i: (n.children[0], float(rng.randint(1, 4))) for i, n in enumerate(eg.nodes)
-                if n.children and rng.random() < 0.4}
-        eg = _with_sole_reader(eg, sole)
+        sole = {i: (n.children[0], float(rng.randint(1, 4)),
+                    [j for j in eg.classes[n.children[0]] if rng.random() < 0.6])
+                for i, n in enumerate(eg.nodes) if n.children and rng.random() < 0.4}
+        eg = _with_fused(eg, sole)
         best = brute_force(eg)
         try:
             start = greedy.greedy_choice(eg)

@@ -10,7 +10,7 @@ from absl import flags
 from tensat_tf import errors
 from tensat_tf import report as report_file
 from tensat_tf.cli import deploy_flags, engine_flags
-from tensat_tf.options import Options
+from tensat_tf.options import MIN_VARIABLE_ELEMENTS, Options
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("output_dir", None, "Where the optimized SavedModel is published (must be absent or empty).")
@@ -41,7 +41,7 @@ flags.DEFINE_float("profile_seconds", 8.0, "Measuring time per signature for the
                                             "Worker start-up and model loading come on top.")
 flags.DEFINE_float("profile_margin", 0.02, "Smallest speedup that counts: 'faster' needs the confidence interval of "
                                            "the median block ratio above 1 + margin.")
-flags.DEFINE_integer("min_variable_elements", 1024, "Constants with at least this many elements become variables.")
+flags.DEFINE_integer("min_variable_elements", MIN_VARIABLE_ELEMENTS, "Constants with at least this many elements become variables.")
 flags.DEFINE_list("allow_ops", [], "Accept these ops although they have effects outside the graph (files, network, "
                                    "Python, debug output; see tensat_tf/io/scan.py). Without it such a model is "
                                    "refused (exit 17) before anything of it runs.")

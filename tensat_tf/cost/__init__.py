@@ -13,9 +13,9 @@ from typing import Optional, Protocol
 
 from tensat_tf.cost import analytic
 from tensat_tf.cost.analytic import CPU, GPU, DEVICES, Device, constant_classes, node_cost, device_named
+from tensat_tf.egraph.data import Fused
 from tensat_tf.egraph.export import Exported
 
-SoleReader = dict[int, tuple[int, float]]     # node -> (class, extra): EGraphData.sole_reader
 
 MODELS = ("analytic", "measured")
 
@@ -27,9 +27,9 @@ class CostModel(Protocol):
     def costs(self, exp: Exported, batch_size: Optional[int] = None) -> list[float]:
         """One cost (ms) per e-node of exp.egraph, index-aligned with exp.egraph.nodes."""
 
-    def priced(self, exp: Exported, batch_size: Optional[int] = None) -> tuple[list[float], SoleReader]:
-        """costs() and, for each node priced as a fused epilogue, (the class it must be the only reader of, the
-        extra cost when it is not): EGraphData.sole_reader."""
+    def priced(self, exp: Exported, batch_size: Optional[int] = None) -> tuple[list[float], dict[int, Fused]]:
+        """costs() and, for each node priced as a fused epilogue, what its fusion needs of the extracted program
+        (EGraphData.fused)."""
 
 
 class AnalyticCostModel:
@@ -42,7 +42,7 @@ class AnalyticCostModel:
     def costs(self, exp: Exported, batch_size: Optional[int] = None) -> list[float]:
         return analytic.costs(exp, self.batch_size if batch_size is None else batch_size, self.device)
 
-    def priced(self, exp: Exported, batch_size: Optional[int] = None) -> tuple[list[float], SoleReader]:
+    def priced(self, exp: Exported, batch_size: Optional[int] = None) -> tuple[list[float], dict[int, Fused]]:
         return analytic.priced(exp, self.batch_size if batch_size is None else batch_size, self.device)
 
 

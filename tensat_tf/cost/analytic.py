@@ -26,7 +26,7 @@ import math
 from typing import Optional, Sequence
 
 from tensat_tf import einsum, ops, terms
-from tensat_tf.egraph.data import EGraphData
+from tensat_tf.egraph.data import EGraphData, Fused
 from tensat_tf.egraph.export import Exported
 
 Shape = tuple[int, ...]
@@ -331,25 +331,24 @@ def apply_fusion(exp: Exported, costs_ms: list[float], batch_size: int, device: 
 
 
 def fusion_terms(exp: Exported, costs_ms: list[float], batch_size: int,
-                 device: Device) -> tuple[list[float], dict[int, tuple[int, float]]]:
-    """(apply_fusion's costs, sole_reader): for each node priced fused, the class whose only reader it must be for
-    the fusion to happen, and what it costs more when it is not (its separate price less its fused one). Extraction
-    adds that when the chosen program gives the class another reader (egraph/data.py EGraphData.sole_reader)."""
+                 device: Device) -> tuple[list[float], dict[int, Fused]]:
+    """(apply_fusion's costs, fused): for each node priced fused, what its fusion needs of the extracted program and
+    what it costs more when that does not hold (its separate price less its fused one): EGraphData.fused."""
     if not device.fused_contractions:
         return costs_ms, {}
     from tensat_tf.cost import fusion
     const = constant_classes(exp.egraph)
     out = list(costs_ms)
-    sole: dict[int, tuple[int, float]] = {}
-    for i, (_, reads) in sorted(fusion.fusion_sites(exp, device.fused_contractions).items()):
+    terms: dict[int, Fused] = {}
+    for i, site in sorted(fusion.fusion_sites(exp, device.fused_contractions).items()):
         n = exp.egraph.nodes[i]
         if is_folded(n, const):
             continue
         in_shapes, out_shape = node_shapes(exp, i, batch_size)
         out[i] = min(out[i], fused_cost(n.op, in_shapes, out_shape, device))
         if costs_ms[i] > out[i]:
-            sole[i] = (reads, costs_ms[i] - out[i])
-    return out, sole
+            terms[i] = Fused(site.reads, costs_ms[i] - out[i], site.producers)
+    return out, terms
 
 
 def costs(exp: Exported, batch_size: int = 1, device: Device = CPU, fusion: bool = True) -> list[float]:
@@ -373,8 +372,8 @@ def costs(exp: Exported, batch_size: int = 1, device: Device = CPU, fusion: bool
 
 
 def priced(exp: Exported, batch_size: int = 1,
-           device: Device = CPU) -> tuple[list[float], dict[int, tuple[int, float]]]:
-    """costs() and the sole-reader terms of its fused nodes (fusion_terms): what extraction needs."""
+           device: Device = CPU) -> tuple[list[float], dict[int, Fused]]:
+    """costs() and the terms of its fused nodes (fusion_terms): what extraction needs."""
     device = device_named(device)
     return fusion_terms(exp, costs(exp, batch_size, device, fusion=False), batch_size, device)
 

@@ -19,24 +19,23 @@ vs 2.9-3.4 us separate at 196x32x32; 6.4 vs 6.6 at x128; with Tanh the fused ker
 Conv2D + BiasAdd, so the two forms cost the same and rule F05 (AddV2 -> BiasAdd) is neither rewarded nor penalised:
 that matches the measurement (conv+addv2 and conv+bias take the same time).
 
+Whether a node runs fused depends on the program extracted, not on the node: the remapper fuses a bias only into
+the contraction that computes its input (not the Split of a merged conv, nor a Mul kept in another e-node of the same
+class), and only when the bias is that contraction's one reader (likewise an activation and its bias). Each fused
+node therefore names the class it reads and the nodes there it fuses with (fusion_sites), and extraction adds back
+what the fusion saved whenever the chosen program breaks either condition (EGraphData.fused, extract/dag.py,
+extract/ilp.py). Before that, a per-node price could not tell them apart: MobileNetV3's hard-swish lost 18 fusions
+(a scalar folded into a second bias of the same convolution looked free on both biases), and Inception-ResNet-v2's
+conv merges were priced with their biases fused although they sit on a Split (measured 0.96x of no rules).
+
 Approximations (costs only steer extraction; the emitted graph is verified, so none of this can make it wrong):
-  - The test is on e-classes: a node is priced fused when its input class OFFERS a contraction (or a fused bias /
-    bn node), although extraction may pick another e-node of that class. After a fold (rule F02), the class of
-    `Mul(Conv2D(x, w), g)` also holds `Conv2D(x, w*g)`, so the original AddV2 on it is discounted too: the original
-    program's predicted cost is then slightly low, which only makes the pass more conservative.
-  - The same holds after a conv merge (MERGE-CONV-*): a bias on a class that holds both a Conv2D and an `Out` of the
-    Split of a merged conv stays discounted, though on the merged form it would sit on a Split and run unfused.
-    Per-node costs cannot tell the two apart; on zoo:real_resnet50v2 the merged form is chosen with and without
-    fusion-aware costs alike.
-  - The remapper also requires the contraction's output to have no other reader. That is a property of the
-    extracted program, not of a node: each fused node names the class it must be the only reader of
-    (fusion_sites), and extraction adds back its discount when the program gives that class another reader
-    (EGraphData.sole_reader, extract/dag.py, extract/ilp.py). Without it, MobileNetV3's hard-swish lost 18 fusions:
-    a scalar folded into a second bias of the same convolution looked free on both biases.
+  - An activation is priced fused when its bias node is chosen, even if that bias itself is not fused.
+  - Matching dtypes and the remapper's other checks are not modelled.
   - GPU devices fuse nothing here: the GPU remapper fuses a different set and nothing was measured there.
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Optional, Sequence
 
 from tensat_tf.egraph.export import Exported
@@ -64,50 +63,58 @@ def _bias_shaped(contraction: str, out: Optional[Sequence[int]], bias: Optional[
 def fused_nodes(exp: Exported, contractions=CONTRACTIONS) -> dict[int, str]:
     """node index -> 'bias' | 'bn' | 'act' for every e-node that runs as the epilogue of a fused contraction, the
     contractions limited to `contractions` (the ones whose fusion pays on the device: Device)."""
-    return {i: kind for i, (kind, _) in fusion_sites(exp, contractions).items()}
+    return {i: site.kind for i, site in fusion_sites(exp, contractions).items()}
 
 
-def fusion_sites(exp: Exported, contractions=CONTRACTIONS) -> dict[int, tuple[str, int]]:
-    """node index -> (kind, the class it reads the fused kernel's output from) for every fused epilogue node (see
-    fused_nodes). The remapper fuses only when that output has no other reader: the bias node must be the
-    contraction's only reader, the activation the bias's (or batch norm's) only reader. Whether it is depends on the
-    extracted program, not on the e-graph: extraction prices it (egraph/data.py EGraphData.sole_reader)."""
+@dataclasses.dataclass(frozen=True)
+class Site:
+    kind: str                   # 'bias' | 'bn' | 'act'
+    reads: int                  # the class it takes the fused kernel's output from
+    producers: frozenset[int]   # the nodes of `reads` it fuses with (the contractions; the fused bias / bn nodes)
+
+
+def fusion_sites(exp: Exported, contractions=CONTRACTIONS) -> dict[int, Site]:
+    """node index -> Site for every fused epilogue node (see fused_nodes). The remapper fuses it only when `reads` is
+    computed by one of `producers` and the node is its only reader: which depends on the extracted program, not on
+    the e-graph, so extraction prices it (egraph/data.py EGraphData.fused). An activation is not checked against
+    its bias's own conditions (a second-order miss: the bias is priced unfused then, the activation still fused)."""
     g = exp.egraph
-    offers: dict[int, set[str]] = {}            # class -> contraction terms among its e-nodes
-    for n in g.nodes:
-        if n.op in CONTRACTIONS and n.op in contractions:
-            offers.setdefault(n.eclass, set()).add(n.op)
-    fused: dict[int, tuple[str, int]] = {}
-    epilogue: dict[int, set[str]] = {}          # class -> contractions a fused bias node of it sits on
-    bn_tuple: set[int] = set()                  # TTuple classes of a fused FusedBatchNormV3
+    offers: dict[int, dict[str, set[int]]] = {}     # class -> contraction term -> its nodes
     for i, n in enumerate(g.nodes):
-        reads = None
+        if n.op in CONTRACTIONS and n.op in contractions:
+            offers.setdefault(n.eclass, {}).setdefault(n.op, set()).add(i)
+    fused: dict[int, Site] = {}
+    epilogue: dict[int, dict[int, set[str]]] = {}    # class -> fused bias node -> the contractions it sits on
+    bn_tuple: set[int] = set()                       # TTuple classes of a fused FusedBatchNormV3
+    for i, n in enumerate(g.nodes):
         if n.op == "BiasAdd" and len(n.children) == 2:
-            kinds = offers.get(n.children[0], set())
-            reads = n.children[0]
+            sides = [(n.children[0], set(offers.get(n.children[0], {})))]
         elif n.op == "AddV2" and len(n.children) == 2:
-            kinds = set()
-            for c, b in ((n.children[0], n.children[1]), (n.children[1], n.children[0])):
-                here = {k for k in offers.get(c, ()) if _bias_shaped(k, exp.shapes.get(c), exp.shapes.get(b))}
-                if here and reads is None:
-                    reads = c
-                kinds |= here
-        elif n.op == "FusedBatchNormV3" and n.children and "Conv2D" in offers.get(n.children[0], ()):
-            fused[i] = ("bn", n.children[0])
+            sides = [(c, {k for k in offers.get(c, {}) if _bias_shaped(k, exp.shapes.get(c), exp.shapes.get(b))})
+                     for c, b in ((n.children[0], n.children[1]), (n.children[1], n.children[0]))]
+        elif n.op == "FusedBatchNormV3" and n.children and "Conv2D" in offers.get(n.children[0], {}):
+            fused[i] = Site("bn", n.children[0], frozenset(offers[n.children[0]]["Conv2D"]))
             bn_tuple.add(n.eclass)
             continue
         else:
             continue
-        if kinds:
-            fused[i] = ("bias", reads)
-            epilogue.setdefault(n.eclass, set()).update(kinds)
-    bn_out = {n.eclass for n in g.nodes if n.op == "Out" and n.children and n.children[0] in bn_tuple
-              and n.payload and n.payload[0] == 0}
+        sides = [(c, kinds) for c, kinds in sides if kinds]
+        if sides:
+            reads, kinds = sides[0]
+            fused[i] = Site("bias", reads, frozenset(j for k in kinds for j in offers[reads][k]))
+            epilogue.setdefault(n.eclass, {})[i] = set().union(*(kinds for _, kinds in sides))
+    bn_out: dict[int, set[int]] = {}                 # class -> its Out(fused bn, 0) nodes
+    for i, n in enumerate(g.nodes):
+        if n.op == "Out" and n.children and n.children[0] in bn_tuple and n.payload and n.payload[0] == 0:
+            bn_out.setdefault(n.eclass, set()).add(i)
     for i, n in enumerate(g.nodes):
         allowed = ACTIVATIONS.get(n.op)
         if allowed is None or len(n.children) != 1:
             continue
         c = n.children[0]
-        if epilogue.get(c, set()) & allowed or (c in bn_out and n.op in BN_ACTIVATIONS):
-            fused[i] = ("act", c)
+        producers = {j for j, kinds in epilogue.get(c, {}).items() if kinds & allowed}
+        if n.op in BN_ACTIVATIONS:
+            producers |= bn_out.get(c, set())
+        if producers:
+            fused[i] = Site("act", c, frozenset(producers))
     return fused

@@ -322,7 +322,7 @@ class MeasuredCostModel:
         return self.priced(exp, batch_size)[0]
 
     def priced(self, exp: Exported, batch_size: Optional[int] = None) -> tuple[list[float], dict]:
-        """costs() and the sole-reader terms of the fused nodes (analytic.fusion_terms)."""
+        """costs() and the terms of the fused nodes (analytic.fusion_terms)."""
         batch = self.batch_size if batch_size is None else batch_size
         const = analytic.constant_classes(exp.egraph)
         shapes: dict[int, tuple] = {}

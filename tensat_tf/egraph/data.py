@@ -22,16 +22,25 @@ class ENode:
     payload: Any = None           # literal arguments and anything the emitter needs (never read by extraction)
 
 
+@dataclasses.dataclass(frozen=True)
+class Fused:
+    """A node priced as the epilogue of the kernel that computes class `reads` (a bias on a convolution, an
+    activation on that bias). TF fuses it only when the node chosen for `reads` is one of `producers` and this node
+    is its only reader (a root counts as a reader); otherwise the node costs `extra` more."""
+    reads: int
+    extra: float
+    producers: frozenset[int]
+
+
 @dataclasses.dataclass
 class EGraphData:
     nodes: list[ENode]
     classes: list[list[int]]      # class id -> node ids, ascending
     roots: list[int]              # class ids that must be computed (graph outputs)
     blacklist: frozenset[int] = frozenset()   # node ids that may never be chosen (cycle filter)
-    # node id -> (class, extra): the node costs `extra` more when the chosen program has another reader of `class`
-    # (a root counts as one). The cost model's fused epilogues (cost/fusion.py): TF fuses a bias into its
-    # convolution only when the bias is the convolution's one reader, and a node's price cannot see that.
-    sole_reader: Mapping[int, tuple[int, float]] = dataclasses.field(default_factory=dict)
+    # node id -> Fused: the node is priced as part of a kernel it runs fused into, which depends on the program
+    # extracted, not on the node (cost/fusion.py); extraction adds back what the fusion saved when it does not hold
+    fused: Mapping[int, "Fused"] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def build(cls, nodes: Sequence[ENode], roots: Sequence[int], blacklist=()) -> "EGraphData":
@@ -49,9 +58,9 @@ class EGraphData:
     def num_classes(self) -> int:
         return len(self.classes)
 
-    def with_costs(self, costs: Sequence[float], sole_reader: Optional[Mapping[int, tuple[int, float]]] = None,
+    def with_costs(self, costs: Sequence[float], fused: Optional[Mapping[int, Fused]] = None,
                    blacklist: Optional[frozenset[int]] = None) -> "EGraphData":
-        """This e-graph with new node costs (and, when given, new sole-reader terms and blacklist)."""
+        """This e-graph with new node costs (and, when given, new fused terms and blacklist)."""
         nodes = [dataclasses.replace(n, cost=float(c)) for n, c in zip(self.nodes, costs, strict=True)]
         return EGraphData(nodes, self.classes, self.roots, self.blacklist if blacklist is None else blacklist,
-                          self.sole_reader if sole_reader is None else dict(sole_reader))
+                          self.fused if fused is None else dict(fused))

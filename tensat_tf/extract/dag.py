@@ -38,18 +38,17 @@ def prune(egraph: EGraphData, choice: Choice) -> dict[int, int]:
 
 def dag_cost(egraph: EGraphData, choice: Choice) -> float:
     """Sum of self costs of the chosen nodes reachable from the roots, each counted once (shared subgraphs once),
-    plus the sole-reader extra of every chosen node whose class has another reader in the program
-    (EGraphData.sole_reader)."""
+    plus the extra of every chosen fused node whose fusion the program does not allow (EGraphData.fused)."""
     needed = sorted(reachable_classes(egraph, choice))
     cost = sum(egraph.nodes[choice[c]].cost for c in needed)
-    if egraph.sole_reader:
+    if egraph.fused:
         readers = Counter(set(egraph.roots))
         for c in needed:
             readers.update(set(egraph.nodes[choice[c]].children))
         for c in needed:
-            term = egraph.sole_reader.get(choice[c])
-            if term is not None and readers[term[0]] > 1:
-                cost += term[1]
+            f = egraph.fused.get(choice[c])
+            if f is not None and (readers[f.reads] > 1 or choice[f.reads] not in f.producers):
+                cost += f.extra
     return cost
 
 

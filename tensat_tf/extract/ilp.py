@@ -7,9 +7,10 @@ Model, on the reduced e-graph (reduce.py):
   children:  sum_{j in class k} x_j >= sum_{i in c, k in kids(i)} x_i    for every class edge c->k
   one node:  sum_{j in class c} x_j <= 1                    an optimal choice never needs two (costs are >= 0),
                                                             and it makes the per-class-edge order rows below valid
-  sole reader (EGraphData.sole_reader: node i costs e_i more when its class k has another reader):
-             a column 0 <= p_i <= 1 of cost e_i, and p_i >= x_i + x_m - 1 for every other node m with child k
-             (p_i >= x_i when k is a root): p_i is 1 exactly when the program pays the extra, as dag.dag_cost counts
+  fused (EGraphData.fused: node i costs e_i more unless class k = reads(i) is computed by one of producers(i)
+             and i is its only reader): a column 0 <= p_i <= 1 of cost e_i, p_i >= x_i + x_m - 1 for every other
+             node m with child k (p_i >= x_i when k is a root), and p_i >= x_i - sum_{j in producers(i)} x_j: p_i is
+             1 exactly when the program pays the extra, as dag.dag_cost counts
 Acyclicity, two ways (chosen by measurement, see BENCHMARKS.md):
   "order": a real t_c per class, only for classes on a cycle of the e-graph (a strongly connected component, SCC):
            t_c - t_k >= 1 - M (1 - sum_{i in c, k in kids(i)} x_i)  for each class edge c->k inside one SCC,
@@ -104,9 +105,9 @@ class _Model:
             self.t = {c: m.add_col(f"t{c:0{width}d}", 0.0, 0, self.scc_size[c] - 1, False) for c in sorted(self.scc_of)}
 
         cols = self.col
-        # p_i per node with a sole-reader extra (columns after every x and t, so the layout above is unchanged)
-        self.penalty: dict[int, tuple[int, list[int]]] = {}    # node -> (its column, the other readers of its class)
-        if egraph.sole_reader:
+        # p_i per fused node (columns after every x and t, so the layout above is unchanged)
+        self.penalty: dict[int, tuple[int, list[int], list[int]]] = {}   # node -> (column, other readers, producers)
+        if egraph.fused:
             readers: dict[int, list[int]] = defaultdict(list)
             for i in red.nodes:
                 for k in red.kids[i]:
@@ -114,18 +115,22 @@ class _Model:
             roots = set(red.roots)
             node_width = len(str(max(red.nodes, default=0)))
             for i in red.nodes:
-                term = egraph.sole_reader.get(i)
-                if term is None:
+                f = egraph.fused.get(i)
+                if f is None or f.reads not in red.classes:
                     continue
-                k, extra = term
-                others = [o for o in readers.get(k, ()) if o != i]
-                if others or k in roots:
-                    self.penalty[i] = (m.add_col(f"p{i:0{node_width}d}", float(extra), 0, 1, False), others)
-            for i, (p, others) in self.penalty.items():        # rows only once every column is in
-                if egraph.sole_reader[i][0] in roots:
+                others = [o for o in readers.get(f.reads, ()) if o != i]
+                producers = [j for j in red.classes[f.reads] if j in f.producers]
+                if others or f.reads in roots or len(producers) < len(red.classes[f.reads]):
+                    p = m.add_col(f"p{i:0{node_width}d}", float(f.extra), 0, 1, False)
+                    self.penalty[i] = (p, others, producers)
+            for i, (p, others, producers) in self.penalty.items():     # rows only once every column is in
+                if egraph.fused[i].reads in roots:
                     m.add_row([p, cols[i]], [1.0, -1.0], lo=0)
                 for o in others:
                     m.add_row([p, cols[i], cols[o]], [1.0, -1.0, -1.0], lo=-1)
+                if len(producers) < len(red.classes[egraph.fused[i].reads]):
+                    m.add_row([p, cols[i]] + [cols[j] for j in producers], [1.0, -1.0] + [1.0] * len(producers),
+                              lo=0)
         in_class = {c: [cols[j] for j in members] for c, members in red.classes.items()}
         for r in red.roots:
             m.add_row(in_class[r], [1.0] * len(in_class[r]), lo=1)
@@ -171,9 +176,10 @@ class _Model:
             if i in self.col:
                 start[self.col[i]] = 1.0
         chosen = set(choice.values())
-        for i, (p, others) in self.penalty.items():
-            k = self.egraph.sole_reader[i][0]
-            if i in chosen and (k in self.red.roots or any(o in chosen for o in others)):
+        for i, (p, others, producers) in self.penalty.items():
+            k = self.egraph.fused[i].reads
+            if i in chosen and (k in self.red.roots or any(o in chosen for o in others)
+                                or choice.get(k) not in producers):
                 start[p] = 1.0
         if self.t:
             order = reversed(list(nx.topological_sort(dag.class_graph(self.egraph, choice))))
@@ -271,15 +277,6 @@ def solve_ilp(egraph: EGraphData, start: dict[int, int], seconds: float, solver:
             if cost < best_cost:
                 best, best_cost = choice, cost
             proved = res.status == "optimal"
-            if (proved and bound is not None and _gap(best_cost, bound) > rel_gap and session.rel_gap
-                    and session.rel_gap > rel_gap / 100):
-                # HiGHS answered "optimal" with mip_rel_gap=1 % for an incumbent 5.5 % above the bound it reported
-                # (zoo:real_mobilenetv3_small; with 0.1 % it finds a 5 % cheaper choice in 1.1 s): not proven by
-                # our measure, so ask again, tighter, from the best choice.
-                session.set_rel_gap(session.rel_gap / 10)
-                model.set_start(best)
-                proved = False
-                continue
             break
         if acyclicity != "lazy":
             break                                # cannot happen with order rows, but never trust a solution blindly

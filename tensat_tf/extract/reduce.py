@@ -7,10 +7,11 @@ Each step removes only nodes that no optimal acyclic choice needs:
      can never use a class outside this set; iterated "empty child class" removal would miss classes that only feed
      themselves through a cycle.
   3. Dominated nodes: b dominates a (same class) when b's child classes are a subset of a's and b costs no more,
-     counting b's sole-reader extra (EGraphData.sole_reader) as paid and a's as not. Swapping a for b in any
+     counting b's fused extra (EGraphData.fused) as paid and a's as not. Swapping a for b in any
      acyclic choice keeps it acyclic (b's edges are a subset of a's, into classes already chosen) and costs no more
-     (b reads fewer classes, so no other node's extra is added). Equal pairs keep the lowest id, so the relation is
-     a strict order and every removed node has a kept dominator.
+     (b reads fewer classes, so no other node's extra is added), provided b is a producer of every fused node a is
+     one of (a conv that a bias fuses with is not dominated by a cheaper Split output). Equal pairs keep the lowest
+     id, so the relation is a strict order and every removed node has a kept dominator.
   4. Classes unreachable from the roots through the remaining nodes, and their nodes.
 """
 from __future__ import annotations
@@ -76,7 +77,12 @@ def _drop_ungroundable(egraph: EGraphData, kids: list[tuple[int, ...]], alive: l
 
 def _drop_dominated(egraph: EGraphData, kids: list[tuple[int, ...]], alive: list[bool]) -> None:
     cost = [n.cost for n in egraph.nodes]
-    worst = [c + egraph.sole_reader.get(i, (0, 0.0))[1] for i, c in enumerate(cost)]
+    worst = [c + (egraph.fused[i].extra if i in egraph.fused else 0.0) for i, c in enumerate(cost)]
+    produces: dict[int, set[int]] = {}          # node -> the fused nodes it is a producer for
+    for f_node, f in egraph.fused.items():
+        for j in f.producers:
+            produces.setdefault(j, set()).add(f_node)
+    none: set[int] = set()
     for members in egraph.classes:
         live = [i for i in members if alive[i]]
         if len(live) < 2:
@@ -84,7 +90,8 @@ def _drop_dominated(egraph: EGraphData, kids: list[tuple[int, ...]], alive: list
         sets = {i: frozenset(kids[i]) for i in live}
         for a in live:
             for b in live:
-                if b == a or not (sets[b] <= sets[a] and worst[b] <= cost[a]):
+                if b == a or not (sets[b] <= sets[a] and worst[b] <= cost[a]
+                                  and produces.get(a, none) <= produces.get(b, none)):
                     continue
                 if sets[b] != sets[a] or worst[b] < cost[a] or b < a:
                     alive[a] = False

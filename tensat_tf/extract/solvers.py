@@ -71,12 +71,6 @@ class Session:
         self._highs: Optional["_HiGHS"] = None
         self._pulp: Optional[_PulpMirror] = None
 
-    def set_rel_gap(self, rel_gap: float) -> None:
-        """The gap at which the next solves stop (see __init__)."""
-        self.rel_gap = rel_gap
-        if self._highs is not None:
-            self._highs.h.setOptionValue("mip_rel_gap", float(rel_gap))
-
     def solve(self, seconds: float) -> SolveResult:
         t0 = time.monotonic()
         seconds = max(seconds, 0.1)
@@ -241,6 +235,7 @@ class _HiGHS:
         h.changeColsIntegrality(n, idx, np.array(kinds))
         self.built_bounds = (lo, hi)
         self.rows_built = 0
+        self.trust_start = True       # see run()
         self._add_new_rows()
 
     def _bounds(self):
@@ -261,8 +256,6 @@ class _HiGHS:
         self.rows_built = len(self.milp.rows)
 
     def run(self, seconds: float) -> SolveResult:
-        import highspy
-
         h = self.h
         self._add_new_rows()
         lo, hi = self._bounds()
@@ -271,8 +264,26 @@ class _HiGHS:
             h.changeColsBounds(len(idx), idx, lo, hi)
             self.built_bounds = (lo, hi)
         # HiGHS keeps to its own limit within ~0.1 s, so it only needs a small margin; the guard below is spare.
+        t0 = time.monotonic()
+        res = self._run_once(seconds, self.trust_start)
+        if res.values is not None and self.trust_start and self.milp.start is not None:
+            reported = h.getInfo().objective_function_value
+            if abs(reported - res.objective) > 1e-7 * max(1.0, abs(reported)):
+                # HiGHS 1.16 can report an objective below that of the solution it hands back, which is then just
+                # the warm start: on zoo:real_mobilenetv3_small's fused-epilogue model, "optimal" at 0.5883 with
+                # the start's 0.6158, reproducibly. Without a start its answers are consistent (0.5940, and 0.5928
+                # with presolve off): drop the solver's state and the start, for this solve and the next.
+                self.trust_start = False
+                h.clearSolver()
+                res = self._run_once(seconds - (time.monotonic() - t0), False)
+        return res
+
+    def _run_once(self, seconds: float, start: bool) -> SolveResult:
+        import highspy
+
+        h = self.h
         h.setOptionValue("time_limit", float(max(0.1, seconds - HIGHS_MARGIN)))
-        if self.milp.start is not None:
+        if start and self.milp.start is not None:
             n = len(self.milp.start)
             h.setSolution(n, np.arange(n, dtype=np.int32), self.milp.start.astype(np.float64))
         h.startSolve()

@@ -39,6 +39,7 @@ from tensorflow.python.saved_model.pywrap_saved_model import fingerprinting as f
 from tensat_tf import errors, interrupt
 from tensat_tf.io import scan
 from tensat_tf.io.load import Signature
+from tensat_tf.options import MIN_VARIABLE_ELEMENTS
 
 EXTRA_DIRS = scan.EXTRA_DIRS
 
@@ -290,7 +291,7 @@ def _canonicalize(export_dir: str) -> None:
 
 
 def write_saved_model(export_dir: str, sigs: dict[str, Signature], graphs: dict[str, object], source_dir: str,
-                      min_variable_elements: int = 1024) -> None:
+                      min_variable_elements: int = MIN_VARIABLE_ELEMENTS) -> None:
     module = _Exported()
     module.weights = []
     by_key: dict = {}
