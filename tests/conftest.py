@@ -39,3 +39,20 @@ def run_graph(gd, item, feeds):
         tf.graph_util.import_graph_def(gd, name="")
     with tf.compat.v1.Session(graph=g) as s:
         return s.run(list(item.fetches), dict(zip(item.feeds, feeds)))
+
+
+def conv_scale_bias_relu(channels: int):
+    """Conv2D + per-channel Mul + per-channel AddV2 + Relu (a Keras BatchNormalization in inference form) on an
+    [N, 8, 8, 3] input, seeded: -> (graph_def, GrapplerItem)."""
+    import numpy as np
+    import tensorflow as tf
+    from tensat_tf.item import GrapplerItem
+    rng = np.random.default_rng(0)
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 8, 8, 3], name="x")
+        y = tf.nn.conv2d(x, tf.constant(rng.normal(size=(3, 3, 3, channels)).astype(np.float32)), 1, "SAME")
+        y = y * tf.constant(rng.uniform(0.5, 1.5, channels).astype(np.float32))
+        y = y + tf.constant(rng.normal(size=channels).astype(np.float32))
+        tf.identity(tf.nn.relu(y), name="out")
+    return g.as_graph_def(), GrapplerItem(feeds=["x:0"], fetches=["out:0"])

@@ -13,7 +13,7 @@ from tensat_tf.egraph.session import Session
 from tensat_tf.io import load
 from tensat_tf.passes import canonicalize
 from tensat_tf.options import Budget, EngineOptions, Options
-from conftest import run_graph
+from conftest import conv_scale_bias_relu, run_graph
 
 
 def canonical(name):
@@ -261,23 +261,9 @@ def test_rewritten_forms_verify(name, zoo_cache, tmp_path):
     assert applied, "the adversarial cost must make extraction take rewritten e-nodes"
 
 
-def _conv_bias_relu_graph():
-    import numpy as np
-    import tensorflow as tf
-    from tensat_tf.item import GrapplerItem
-    rng = np.random.default_rng(0)
-    g = tf.Graph()
-    with g.as_default():
-        x = tf.compat.v1.placeholder(tf.float32, [None, 8, 8, 3], name="x")
-        y = tf.nn.conv2d(x, tf.constant(rng.normal(size=(3, 3, 3, 40)).astype(np.float32)), 1, "SAME")
-        y = y * tf.constant(rng.uniform(0.5, 1.5, 40).astype(np.float32))
-        tf.identity(tf.nn.relu(y + tf.constant(rng.normal(size=40).astype(np.float32))), name="out")
-    return g.as_graph_def(), GrapplerItem(feeds=["x:0"], fetches=["out:0"])
-
-
 def test_grappler_check_passes_a_healthy_graph_with_its_weights_as_variable_reads():
     from tensat_tf import grappler
-    gd, item = _conv_bias_relu_graph()
+    gd, item = conv_scale_bias_relu(40)     # 1,080 weights: served as a variable
     assert grappler.runtime_error(gd, item) is None
     assert any(n.op == "Const" and n.attr["value"].tensor.tensor_shape.dim for n in gd.node)   # input untouched
 
@@ -287,7 +273,7 @@ def test_pass_keeps_its_input_when_tf_grappler_fails_on_the_rewritten_graph(monk
     pass must return its input, and say why."""
     from tensat_tf import grappler
     from tensat_tf.passes.tensat import TensatPass
-    gd, item = _conv_bias_relu_graph()
+    gd, item = conv_scale_bias_relu(40)     # 1,080 weights: served as a variable
     real = grappler.runtime_error
     monkeypatch.setattr(grappler, "runtime_error", lambda g, it: "boom" if g is not gd else real(g, it))
     p = TensatPass(EngineOptions(enable_rules=["tf-fold"]))

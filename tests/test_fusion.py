@@ -108,20 +108,10 @@ def test_pass_prices_the_folded_conv_bias_relu_as_one_kernel_and_verifies(monkey
     """Conv2D + per-channel Mul + per-channel AddV2 + Relu (a Keras BatchNormalization in inference form): the fold
     puts the add and the Relu right on the conv, which the fusion-aware model prices as one fused kernel, so the
     predicted gain is larger than without fusion; the result computes the same values."""
-    import tensorflow as tf
-    from tensat_tf.item import GrapplerItem
+    from conftest import conv_scale_bias_relu
     from tensat_tf.options import EngineOptions
     from tensat_tf.passes.tensat import TensatPass
-    rng = np.random.default_rng(0)
-    g = tf.Graph()
-    with g.as_default():
-        x = tf.compat.v1.placeholder(tf.float32, [None, 8, 8, 3], name="x")
-        y = tf.nn.conv2d(x, tf.constant(rng.normal(size=(3, 3, 3, 8)).astype(np.float32)), 1, "SAME")
-        y = y * tf.constant(rng.uniform(0.5, 1.5, 8).astype(np.float32))
-        y = y + tf.constant(rng.normal(size=8).astype(np.float32))
-        tf.identity(tf.nn.relu(y), name="out")
-    gd = g.as_graph_def()
-    item = GrapplerItem(feeds=["x:0"], fetches=["out:0"])
+    gd, item = conv_scale_bias_relu(8)
 
     def run(fused):
         if not fused:
@@ -141,7 +131,7 @@ def test_pass_prices_the_folded_conv_bias_relu_as_one_kernel_and_verifies(monkey
     # discount is per class; see cost/fusion.py.)
     assert ex_plain["cost_after"] - ex["cost_after"] > 2 * CPU.op_overhead_us * 1e-3
     assert {n.op for n in out.node} & {"BiasAdd", "AddV2"}
-    data = rng.normal(size=(2, 8, 8, 3)).astype(np.float32)
+    data = np.random.default_rng(1).normal(size=(2, 8, 8, 3)).astype(np.float32)
     results = [run_graph(graph_def, item, [data])[0] for graph_def in (gd, out)]
     np.testing.assert_allclose(results[0], results[1], rtol=1e-4, atol=1e-5)
 
