@@ -1,10 +1,11 @@
 """Run TF's own Grappler offline on a GraphDef (tf_optimizer.OptimizeGraph), honouring a GrapplerItem."""
 from __future__ import annotations
 
+import math
 from typing import Optional, Sequence
 
 import tensorflow as tf
-from tensorflow.core.framework import graph_pb2
+from tensorflow.core.framework import graph_pb2, types_pb2
 from tensorflow.core.protobuf import config_pb2, meta_graph_pb2
 from tensorflow.python.grappler import tf_optimizer
 
@@ -49,17 +50,18 @@ def runtime_error(graph_def, item: GrapplerItem) -> Optional[str]:
     missing node", its hard-swish fusion) and so lost every conv fusion, 0.96x of the no-rules graph. Placement
     matters: the remapper fuses only nodes placed on a CPU."""
     placed = graph_pb2.GraphDef()
-    for n in graph_def.node:
-        node = placed.node.add()
-        node.CopyFrom(n)
+    placed.CopyFrom(graph_def)              # the library and versions too: Grappler reads both
+    for node in list(placed.node):
         if not node.device:
             node.device = "/device:CPU:0"
-        if n.op == "Const" and _elements(n.attr["value"].tensor) >= MIN_VARIABLE_ELEMENTS:
-            # served, a weight is a variable read (tensat_tf/io/save.py), not a constant: Grappler rewrites the two
-            # differently (the failure above happens with reads, not with placeholders), and folding
-            # Inception-ResNet-v2's weights as constants here took 6 s
-            dtype, shape = n.attr["dtype"].type, n.attr["value"].tensor.tensor_shape
-            handle = placed.node.add(name=f"{n.name}/tensat_handle", op="VarHandleOp", device=node.device)
+        value = node.attr["value"].tensor if node.op == "Const" else None
+        if (value is not None and value.dtype != types_pb2.DT_STRING
+                and math.prod(d.size for d in value.tensor_shape.dim) >= MIN_VARIABLE_ELEMENTS):
+            # served, a weight is a variable read (tensat_tf/io/save.py, which keeps strings constant), not a
+            # constant: Grappler rewrites the two differently (the failure above happens with reads, not with
+            # placeholders), and folding Inception-ResNet-v2's weights as constants here took 6 s
+            dtype, shape = node.attr["dtype"].type, value.tensor_shape
+            handle = placed.node.add(name=f"{node.name}/tensat_handle", op="VarHandleOp", device=node.device)
             handle.attr["dtype"].type = dtype
             handle.attr["shape"].shape.CopyFrom(shape)
             handle.attr["shared_name"].s = handle.name.encode()
@@ -73,9 +75,3 @@ def runtime_error(graph_def, item: GrapplerItem) -> Optional[str]:
         return (e.message.strip().splitlines() or [type(e).__name__])[0]
     return None
 
-
-def _elements(tensor) -> int:
-    n = 1
-    for d in tensor.tensor_shape.dim:
-        n *= d.size
-    return n
