@@ -43,7 +43,7 @@ class Emitter:
         self.originals = self._index_originals()
         self.uses = self._count_uses()
         self.const = self._const_classes()
-        self.values: dict[int, object] = {}        # class -> folded numpy value (or list, for a tuple class)
+        self.values: dict[int, np.ndarray] = {}    # folded class -> its value (_fold)
         self.input_nodes = {n.name: n for n in ing.graph_def.node}   # name -> NodeDef of the input graph
 
     # ------------------------------------------------------------------ bookkeeping
@@ -86,21 +86,57 @@ class Emitter:
                 const.add(c)
         return const
 
-    def _value(self, c: int):
-        if c not in self.values:
+    def _fold(self) -> None:
+        """Compute the value of every folded class the walk will emit, in one TF graph run (a session per op cost
+        1.5 s on DenseNet169's 510 folded ops): weights and statistics are fed, the typed ops are built by
+        nodedef.build, and the dtype of a typed op is its first input's, as in _emit_typed."""
+        tops, seen, stack = set(), set(), list(self.g.roots)
+        while stack:                           # the classes the walk folds: const, not Weight, not below another
+            c = stack.pop()
+            if c in seen:
+                continue
+            seen.add(c)
+            enode = self.g.nodes[self.choice[c]]
+            if c in self.const and enode.op != "Weight":
+                if self.exp.sorts[c] == "Tensor":
+                    tops.add(c)
+                continue
+            stack.extend(enode.children)
+        if not tops:
+            return
+        gd, feeds, name, dtype = tf.compat.v1.GraphDef(), {}, {}, {}
+        order, stack, seen = nx.DiGraph(), sorted(tops), set()
+        while stack:
+            c = stack.pop()
+            if c not in seen:
+                seen.add(c)
+                order.add_node(c)
+                kids = self.g.nodes[self.choice[c]].children
+                order.add_edges_from((ch, c) for ch in kids)
+                stack.extend(kids)
+        for c in nx.lexicographical_topological_sort(order):
             n = self.g.nodes[self.choice[c]]
-            if n.op == "Weight":
-                self.values[c] = tf.make_ndarray(self.ing.weights[n.payload[0]].attr["value"].tensor)
-            elif n.op == "FConst":
-                self.values[c] = np.float32(n.payload[0])     # rules create it for float32 statistics
+            if n.op in ("Weight", "FConst"):
+                value = (tf.make_ndarray(self.ing.weights[n.payload[0]].attr["value"].tensor) if n.op == "Weight"
+                         else np.float32(n.payload[0]))     # rules create FConst for float32 statistics
+                name[c] = f"fold/in{c}"
+                feeds[name[c]] = value
+                dtype[c] = tf.as_dtype(np.asarray(value).dtype)
             elif n.op == "Out":
-                self.values[c] = self._value(n.children[0])[n.payload[0]]
+                k = n.payload[0]
+                name[c], dtype[c] = f"{name[n.children[0]]}:{k}", dtype[n.children[0]]
             else:
-                self.values[c] = nodedef.run(ops.BY_TERM[n.op], n.payload, [self._value(ch) for ch in n.children])
-        return self.values[c]
+                spec = ops.BY_TERM[n.op]
+                node, extra = nodedef.build(spec, n.payload, f"fold/n{c}", [name[ch] for ch in n.children],
+                                            dtype[n.children[0]])
+                gd.node.extend(extra + [node])
+                name[c], dtype[c] = (f"{node.name}:0" if spec.outputs == "one" else node.name), dtype[n.children[0]]
+        ordered = sorted(tops)
+        for c, value in zip(ordered, nodedef.evaluate(gd, feeds, [name[c] for c in ordered])):
+            self.values[c] = value
 
     def _emit_folded(self, cls: int) -> None:
-        value = np.asarray(self._value(cls))
+        value = np.asarray(self.values[cls])
         node = tf.compat.v1.NodeDef(name=self._fresh("Const"), op="Const")
         node.attr["dtype"].type = tf.as_dtype(value.dtype).as_datatype_enum
         node.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(value))
@@ -121,6 +157,7 @@ class Emitter:
 
     # ------------------------------------------------------------------ main walk
     def run(self) -> tf.compat.v1.GraphDef:
+        self._fold()
         for r in self.g.roots:
             self._visit(r)
         return self.out

@@ -1,6 +1,6 @@
 """Typed term -> TF NodeDef(s): the one place that turns an op-table entry plus literal values into TF nodes.
 
-Used by the emitter (new nodes of the optimized graph), by the rule verifier (evaluating both sides of a rule in TF)
+Used by the emitter (new nodes of the optimized graph, and the graph that computes its folded constants: evaluate)
 and by the measured cost model (timing one op). Folded Const inputs (axis, perm, shape, split sizes) become int32
 Const nodes named `<node>/<literal>`.
 """
@@ -75,20 +75,25 @@ def scalar_const(name: str, value: float, dtype: tf.DType) -> tf.compat.v1.NodeD
     return node
 
 
-def run(spec: ops.OpSpec, payload: tuple, inputs: list[np.ndarray]):
-    """Evaluate one typed term on numpy inputs in TF (graph mode, one node): an array, or a list for tuple ops."""
-    dtype = tf.as_dtype(inputs[0].dtype)
-    gd = tf.compat.v1.GraphDef()
-    for i, x in enumerate(inputs):
-        ph = gd.node.add(name=f"in{i}", op="Placeholder")
-        ph.attr["dtype"].type = tf.as_dtype(x.dtype).as_datatype_enum
-    node, extra = build(spec, payload, "op", [f"in{i}" for i in range(len(inputs))], dtype)
-    gd.node.extend(extra + [node])
+def evaluate(gd, feeds: dict, fetches: list[str]) -> list:
+    """Run GraphDef `gd` once in a fresh graph: feeds {placeholder name: array} (the Placeholders are added here),
+    fetches tensor names ("n:k"), or node names for all of a node's outputs (a list each)."""
+    full = tf.compat.v1.GraphDef()
+    for name, x in feeds.items():
+        ph = full.node.add(name=name, op="Placeholder")
+        ph.attr["dtype"].type = tf.as_dtype(np.asarray(x).dtype).as_datatype_enum
+    full.node.extend(gd.node)
     g = tf.Graph()
     with g.as_default():
-        tf.graph_util.import_graph_def(gd, name="")
-    op = g.get_operation_by_name("op")
-    feeds = {g.get_tensor_by_name(f"in{i}:0"): x for i, x in enumerate(inputs)}
-    with tf.compat.v1.Session(graph=g) as sess:
-        outs = sess.run(op.outputs, feeds)
-    return outs[0] if spec.outputs == "one" else outs
+        tf.graph_util.import_graph_def(full, name="")
+    want = [g.get_tensor_by_name(f) if ":" in f else g.get_operation_by_name(f).outputs for f in fetches]
+    with tf.compat.v1.Session(graph=g, config=_config()) as sess:
+        return sess.run(want, {g.get_tensor_by_name(f"{k}:0"): x for k, x in feeds.items()})
+
+
+def _config():
+    # Grappler off: the ops are evaluated one by one as written (a rewrite of its own between them, such as an
+    # arithmetic-optimizer reassociation, could change the values), and it would only cost time here.
+    config = tf.compat.v1.ConfigProto()
+    config.graph_options.rewrite_options.disable_meta_optimizer = True
+    return config
