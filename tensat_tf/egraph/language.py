@@ -30,6 +30,7 @@ import logging
 from egglog import bindings
 
 from tensat_tf import ops, terms
+from tensat_tf.egraph import session
 
 # egglog's Rust core logs every command it runs (whole programs) at INFO through Python logging; keep it to warnings.
 for _name in ("egglog", "egglog_bridge", "egglog_ast", "egglog_core_relations", "egglog_numeric_id"):
@@ -80,7 +81,7 @@ def _const_rule(spec: ops.OpSpec) -> str:
 
 def new_egraph() -> bindings.EGraph:
     eg = bindings.EGraph()
-    eg.run_program(*eg.parse_program(program()))
+    eg.run_program(*session.parse(eg, program()))
     return eg
 
 
@@ -136,4 +137,4 @@ def tlist(items: list) -> bindings.Call:
 
 
 def run_shapes(eg: bindings.EGraph) -> None:
-    eg.run_program(*eg.parse_program("(run-schedule (saturate (run shapes)))"))
+    eg.run_program(*session.parse(eg, "(run-schedule (saturate (run shapes)))"))
