@@ -6,7 +6,7 @@ import pytest
 from tensat_tf import rules
 from tensat_tf.egraph import language
 from tensat_tf.egraph.saturate import StopReason, saturate
-from tensat_tf.egraph.session import EgglogError, MalformedProgram, Session
+from tensat_tf.egraph.session import EgglogError, MalformedProgram, Session, forms
 
 # x: [2, 3], y: [3], and x * y (its shape comes from the analysis)
 LEAVES = ('(let $x_ (Input "x"))\n(set (shape $x_) (vec-of 2 3))\n(let $y_ (Input "y"))\n(set (shape $y_) (vec-of 3))\n'
@@ -153,3 +153,19 @@ def test_the_pass_keeps_its_input_on_an_egglog_error(tmp_path, monkeypatch):
 def budget(iterations):
     from tensat_tf.options import Budget
     return Budget(iterations=iterations, **NO_BACKOFF)
+
+
+def test_forms_splits_top_level_forms_past_strings_and_comments():
+    text = '(let $a (Input "x)(")) ; a comment (with (parens)\n  (set (shape $a) (vec-of 2 3))\nbare "s"\n(unclosed (x'
+    assert forms(text) == ['(let $a (Input "x)("))', '(set (shape $a) (vec-of 2 3))', 'bare', '"s"', '(unclosed (x']
+    assert forms('(a "q\\"(")') == ['(a "q\\"(")']      # an escaped quote does not end the string
+
+
+def test_a_program_runs_form_by_form_and_one_that_does_not_parse_runs_nothing():
+    s = session()
+    before = s.sizes()
+    with pytest.raises(MalformedProgram):            # every form is parsed before any runs
+        s.run_program("(let $z_ (Relu $x_))\n(let $w_ (Tanh $x_)")
+    assert s.sizes() == before
+    s.run_program("(let $z_ (Relu $x_)) (let $w_ (Tanh $z_))")      # two forms on one line
+    assert s.check("(= $w_ (Tanh (Relu $x_)))")

@@ -17,8 +17,9 @@ Each iteration:
      none does, or the analysis raises with no rule run, stops with an error (the e-graph is the previous
      iteration's, but the cause is not a rule's: the pass keeps its input graph);
   5. with a probe (the pass gives one: export + extraction of the current e-graph), stops when the best cost has not
-     improved for `patience` iterations: on the transformer exports every gain (the Q/K/V merges) is in the first
-     iterations, and what associativity/commutativity add later only makes the ILP slower. The probe starts after
+     improved for `patience` iterations, and rolls the e-graph back to the iteration of the best cost: on the
+     transformer exports every gain (the Q/K/V merges) is in the first iterations, and what associativity/
+     commutativity add later only makes the ILP slower (and, under its time limit, often worse). The probe starts after
      iteration 2 (the baseline), so a model that saturates in two iterations (ResNet) pays nothing for it; its
      time counts against the time budget but not in the forecast of the next iteration (it is bounded on its own);
   6. stops with a typed reason: saturated (nothing changed and no rule is backed off: as in egg, when only backed-off
@@ -116,6 +117,8 @@ class SaturationResult:
     seconds_limit: Optional[float] = None
     backed_off: list = dataclasses.field(default_factory=list)
     error: Optional[str] = None         # egglog's message when stop_reason is ERROR
+    # the e-graph was rolled back to the state after this many iterations (the probe's best), or None
+    kept_iterations: Optional[int] = None
 
     def to_json(self) -> dict:
         out = {
@@ -128,6 +131,8 @@ class SaturationResult:
         }
         if self.error is not None:      # only then: reports of runs without an error keep their bytes
             out["error"] = self.error
+        if self.kept_iterations is not None:
+            out["kept_iterations"] = self.kept_iterations
         return out
 
 
@@ -247,6 +252,7 @@ class Saturator:
             return SaturationResult(StopReason.NO_RULES, iters, size0, size, banned, 0.0, node_limit, seconds)
         last_secs, growth = 0.0, 1.0
         best, stale = float("inf"), 0           # the probe's best cost so far, iterations since it improved
+        best_at = None                          # (iterations done, session depth) when the probe found `best`
         reason, error = StopReason.ITERATION_LIMIT, None
         for k in range(b.iterations):
             present = {name for name, n in sizes.items() if n > 0}
@@ -282,6 +288,7 @@ class Saturator:
                 stats.probe_cost = self.probe(self.session.egraph)
                 if stats.probe_cost is not None and stats.probe_cost < best * (1 - 1e-9):
                     best, stale = stats.probe_cost, 0
+                    best_at = (k + 1, self.session.depth)
                 else:
                     stale += 1
             stats.seconds = round(time.perf_counter() - ti, 4)
@@ -304,8 +311,18 @@ class Saturator:
             elif not updated and not [n for n in runnable if n not in banned]:
                 reason = StopReason.NODE_LIMIT
                 break
+        kept_iterations = None
+        if reason in (StopReason.NO_GAIN, StopReason.TIME_LIMIT) and stale > 0 and best_at is not None:
+            # The iterations since the probe's best added nothing it could extract, only e-nodes that make the final
+            # ILP slower (and, under its time limit, often worse: MobileNetV3-Small's probe went 0.597 -> 0.600 ->
+            # 0.616 over two more iterations). Every kept iteration left the state before it on egglog's stack
+            # (Session.push), so popping down to the depth after the best iteration restores that e-graph.
+            kept_iterations, depth = best_at
+            while self.session.depth > depth:
+                self.session.pop()
+            size = _enodes(self.session.sizes())
         return SaturationResult(reason, iters, size0, size, banned, time.perf_counter() - t0, node_limit, seconds,
-                                backed_off, error)
+                                backed_off, error, kept_iterations)
 
 
 def saturate(eg, ruleset: RuleSet, budget: Budget = Budget(), progress=None, probe=None) -> SaturationResult:
