@@ -26,7 +26,9 @@ class Budget:
     min_nodes: int = 2_000
     seconds_per_enode: Optional[float] = 0.005  # time budget = max(min_seconds, this x e-nodes of the input), capped
     min_seconds: float = 2.0
-    patience: Optional[int] = 2                 # with a probe: stop after this many iterations without a better cost
+    # with a probe: stop after this many iterations without a better cost. 1: on the 15 real exports and 9 zoo models
+    # no probe ever improved after one that did not (BENCHMARKS.md), and a second stale iteration cost up to 1.7 s
+    patience: Optional[int] = 1
 
     def limits(self, enodes: int) -> tuple[int, Optional[float]]:
         """(node limit, seconds) for an input of `enodes` e-nodes."""

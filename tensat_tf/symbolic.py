@@ -17,6 +17,7 @@ The egglog encoding of dims (tensat_tf.ops) is an i64: concrete >= 0, -1 unknown
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Optional, Union
 
 import numpy as np
@@ -102,8 +103,15 @@ def broadcast(a: Dim, b: Dim) -> Dim:
 
 
 def _const_array(node) -> Optional[np.ndarray]:
+    """The Const's value, or a zero-strided stand-in of its shape and dtype when it is too large to be shape-like (the
+    rules below read values of at most 64 elements): decoding every weight was 0.4 s of BERT-TASO's ingest."""
+    t = node.attr["value"].tensor
     try:
-        return tf.make_ndarray(node.attr["value"].tensor)
+        dtype = tf.as_dtype(t.dtype).as_numpy_dtype
+        shape = tuple(d.size for d in t.tensor_shape.dim)
+        if shape and math.prod(shape) > 64 and np.dtype(dtype).kind in "fiu":
+            return np.broadcast_to(np.zeros((), dtype), shape)
+        return tf.make_ndarray(t)
     except Exception:  # noqa: BLE001 - an unusual Const (string, resource) has no value we need
         return None
 
@@ -206,7 +214,7 @@ def tf_inferred(graph_def) -> tuple[dict, dict]:
     """Output dtypes and shapes of every node from TF's own shape inference (-1 for an unknown dim)."""
     g = tf.Graph()
     with g.as_default():
-        tf.graph_util.import_graph_def(graph_def, name="")
+        tf.graph_util.import_graph_def(_without_weights(graph_def), name="")
     dtypes, shapes = {}, {}
     for op in g.get_operations():
         dtypes[op.name] = [t.dtype for t in op.outputs]
@@ -215,6 +223,28 @@ def tf_inferred(graph_def) -> tuple[dict, dict]:
             shapes[f"{op.name}:{k}"] = None if s.rank is None else tuple(
                 -1 if d is None else int(d) for d in s.as_list())
     return dtypes, shapes
+
+
+def _without_weights(graph_def):
+    """graph_def with its floating-point constants of more than _SMALL elements as Placeholders of the same dtype and
+    shape: TF's shape functions read the values of shape-like (integer, small) inputs only, and serialising and
+    importing the weights was most of the time here (2.1 s of BERT-TASO's 3.3 s ingest)."""
+    out = tf.compat.v1.GraphDef()
+    out.versions.CopyFrom(graph_def.versions)
+    out.library.CopyFrom(graph_def.library)
+    for n in graph_def.node:
+        t = n.attr["value"].tensor if n.op == "Const" and "value" in n.attr else None
+        if t is not None and tf.as_dtype(t.dtype).is_floating and (
+                prod(d.size for d in t.tensor_shape.dim) > _SMALL):
+            ph = out.node.add(name=n.name, op="Placeholder", device=n.device)
+            ph.attr["dtype"].type = t.dtype
+            ph.attr["shape"].shape.CopyFrom(t.tensor_shape)
+        else:
+            out.node.add().CopyFrom(n)
+    return out
+
+
+_SMALL = 16
 
 
 def _combine(tf_shape, mine: Shape) -> Shape:

@@ -24,7 +24,8 @@ flags.DEFINE_integer("ban_length", 5, "Saturation backoff: base ban length in it
 flags.DEFINE_float("probe_seconds", 1.0, "Saturation: after each iteration, extract (at most this many seconds) and "
                                          "stop once the best cost has not improved for --patience iterations. "
                                          "0: no probe.")
-flags.DEFINE_integer("patience", 2, "Saturation: iterations without a better probe cost before stopping.")
+flags.DEFINE_integer("patience", Budget().patience, "Saturation: iterations without a better probe cost before "
+                                                   "stopping (the e-graph is then rolled back to the best one).")
 flags.DEFINE_enum("method", "ilp", ["ilp", "greedy"], "Extraction method.")
 flags.DEFINE_float("ilp_seconds", 10.0, "Extraction: hard wall-clock limit of the ILP (the greedy result is kept "
                                         "when it runs out).")
