@@ -265,3 +265,39 @@ def test_one_symbol_target_needs_no_shape_and_two_share_one():
     assert stats["reshapes_built"] == 2 and ops_["Shape"] == 1 and ops_["StridedSlice"] == 1 and ops_["ConcatV2"] == 1
     x = tf.constant(np.arange(2 * 3 * 4, dtype=np.float32).reshape(2, 3, 4))
     np.testing.assert_array_equal(run_graph(gd, item, x)[0].numpy(), run_graph(out, item, x)[0].numpy())
+
+
+def test_tf_inferred_is_the_same_with_weights_left_out():
+    """tf_inferred imports the graph with its large float constants as Placeholders of the same shape: the shapes
+    and dtypes must be what importing the real graph gives (a Reshape whose target is computed from a constant's
+    shape, a Range with float bounds, a Pad: the small constants their shape functions read stay constants)."""
+    w = np.random.default_rng(0).standard_normal((6, 8)).astype(np.float32)
+
+    def fn(x):
+        y = tf.matmul(x, tf.constant(w))
+        y = tf.reshape(y, tf.concat([tf.shape(tf.constant(w))[:1], [-1]], 0))
+        r = tf.range(tf.constant(0.0), tf.constant(4.0), tf.constant(1.0))
+        return tf.pad(y, [[1, 1], [0, 2]]) * tf.reduce_sum(r) + tf.reduce_sum(tf.constant(w), 0, keepdims=True)[:, :1]
+    gd, _ = frozen(fn, tf.TensorSpec([None, 6], tf.float32))
+    g = tf.Graph()
+    with g.as_default():
+        tf.graph_util.import_graph_def(gd, name="")
+    want = {f"{op.name}:{k}": (None if t.shape.rank is None else tuple(-1 if d is None else d for d in t.shape.as_list()))
+            for op in g.get_operations() for k, t in enumerate(op.outputs)}
+    dtypes, got = S.tf_inferred(gd)
+    assert got == want and dtypes == {op.name: [t.dtype for t in op.outputs] for op in g.get_operations()}
+    assert any(n.op == "Placeholder" and n.name != "x" for n in S._without_weights(gd).node)
+
+
+def test_weight_arrays_read_from_their_bytes_equal_tf_make_ndarray():
+    g = tf.Graph()
+    with g.as_default():
+        consts = [tf.constant(np.arange(24, dtype=dt).reshape(2, 3, 4)) for dt in (np.float32, np.int64, np.float16)]
+        consts += [tf.constant(2.5), tf.constant(["a", "bc"]), tf.constant(np.zeros((3, 3), np.float32))]
+    for c in consts:
+        t = c.op.node_def.attr["value"].tensor
+        a, b = ingest._array(t), tf.make_ndarray(t)
+        assert a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b)
+        assert ingest._weight_key(c.op.node_def, a) == ingest._weight_key(c.op.node_def, b)
+    keys = {ingest._weight_key(c.op.node_def, ingest._array(c.op.node_def.attr["value"].tensor)) for c in consts}
+    assert len(keys) == len(consts)
