@@ -50,25 +50,29 @@ def runtime_error(graph_def, item: GrapplerItem) -> Optional[str]:
     missing node", its hard-swish fusion) and so lost every conv fusion, 0.96x of the no-rules graph. Placement
     matters: the remapper fuses only nodes placed on a CPU."""
     placed = graph_pb2.GraphDef()
-    placed.CopyFrom(graph_def)              # the library and versions too: Grappler reads both
-    for node in list(placed.node):
-        if not node.device:
-            node.device = "/device:CPU:0"
-        value = node.attr["value"].tensor if node.op == "Const" else None
+    placed.versions.CopyFrom(graph_def.versions)     # the library and versions too: Grappler reads both
+    placed.library.CopyFrom(graph_def.library)
+    for src in graph_def.node:
+        value = src.attr["value"].tensor if src.op == "Const" else None
+        device = src.device or "/device:CPU:0"
         if (value is not None and value.dtype != types_pb2.DT_STRING
                 and math.prod(d.size for d in value.tensor_shape.dim) >= MIN_VARIABLE_ELEMENTS):
             # served, a weight is a variable read (tensat_tf/io/save.py, which keeps strings constant), not a
             # constant: Grappler rewrites the two differently (the failure above happens with reads, not with
-            # placeholders), and folding Inception-ResNet-v2's weights as constants here took 6 s
-            dtype, shape = node.attr["dtype"].type, value.tensor_shape
-            handle = placed.node.add(name=f"{node.name}/tensat_handle", op="VarHandleOp", device=node.device)
+            # placeholders), and folding Inception-ResNet-v2's weights as constants here took 6 s. Its bytes are
+            # not copied.
+            dtype, shape = src.attr["dtype"].type, value.tensor_shape
+            handle = placed.node.add(name=f"{src.name}/tensat_handle", op="VarHandleOp", device=device)
             handle.attr["dtype"].type = dtype
             handle.attr["shape"].shape.CopyFrom(shape)
             handle.attr["shared_name"].s = handle.name.encode()
-            node.op = "ReadVariableOp"
-            node.ClearField("attr")
-            node.attr["dtype"].type = dtype
-            node.input.append(handle.name)
+            read = placed.node.add(name=src.name, op="ReadVariableOp", device=device)
+            read.attr["dtype"].type = dtype
+            read.input.extend([handle.name] + list(src.input))     # a Const has only control inputs
+        else:
+            node = placed.node.add()
+            node.CopyFrom(src)
+            node.device = device
     try:
         optimize_graph(placed, item, [], fail_on_optimizer_errors=True)
     except tf.errors.OpError as e:

@@ -161,3 +161,12 @@ def test_no_gain_rolls_the_egraph_back_to_the_iteration_of_the_best_probe(tmp_pa
     assert s.sizes() == seen[3] != seen[5] and res.enodes == res.iterations[2].enodes
     s.pop()                                 # the frames below the kept state are still there: iteration 3's own
     assert s.sizes() == seen[2]
+
+
+def test_a_probe_gain_below_the_minimum_counts_as_none(tmp_path):
+    from tensat_tf.egraph.saturate import PROBE_MIN_GAIN
+    costs = iter([1.0, 1.0 - PROBE_MIN_GAIN / 2, 0.5])        # the third is never asked for
+    eg, _, _ = _egraph()
+    res = saturate(eg, _rules(tmp_path), Budget(iterations=10, match_limit=None, patience=1, **UNSCALED),
+                   probe=lambda eg: next(costs))
+    assert res.stop_reason == StopReason.NO_GAIN and len(res.iterations) == 3 and res.kept_iterations == 2
