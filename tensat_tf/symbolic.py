@@ -102,14 +102,19 @@ def broadcast(a: Dim, b: Dim) -> Dim:
     return None
 
 
+# The most elements a constant whose values the rules below read can have (Pad's paddings, shape vectors); a larger
+# one is only a shape to this module and to TF's shape functions.
+_SHAPE_LIKE = 64
+
+
 def _const_array(node) -> Optional[np.ndarray]:
-    """The Const's value, or a zero-strided stand-in of its shape and dtype when it is too large to be shape-like (the
-    rules below read values of at most 64 elements): decoding every weight was 0.4 s of BERT-TASO's ingest."""
+    """The Const's value, or a zero-strided stand-in of its shape and dtype when it is too large to be shape-like:
+    decoding every weight was 0.4 s of BERT-TASO's ingest."""
     t = node.attr["value"].tensor
     try:
         dtype = tf.as_dtype(t.dtype).as_numpy_dtype
         shape = tuple(d.size for d in t.tensor_shape.dim)
-        if shape and math.prod(shape) > 64 and np.dtype(dtype).kind in "fiu":
+        if shape and math.prod(shape) > _SHAPE_LIKE and np.dtype(dtype).kind in "fiu":
             return np.broadcast_to(np.zeros((), dtype), shape)
         return tf.make_ndarray(t)
     except Exception:  # noqa: BLE001 - an unusual Const (string, resource) has no value we need
@@ -226,8 +231,8 @@ def tf_inferred(graph_def) -> tuple[dict, dict]:
 
 
 def _without_weights(graph_def):
-    """graph_def with its floating-point constants of more than _SMALL elements as Placeholders of the same dtype and
-    shape: TF's shape functions read the values of shape-like (integer, small) inputs only, and serialising and
+    """graph_def with its floating-point constants of more than _SHAPE_LIKE elements as Placeholders of the same dtype
+    and shape: TF's shape functions read the values of shape-like (integer, small) inputs only, and serialising and
     importing the weights was most of the time here (2.1 s of BERT-TASO's 3.3 s ingest)."""
     out = tf.compat.v1.GraphDef()
     out.versions.CopyFrom(graph_def.versions)
@@ -235,16 +240,13 @@ def _without_weights(graph_def):
     for n in graph_def.node:
         t = n.attr["value"].tensor if n.op == "Const" and "value" in n.attr else None
         if t is not None and tf.as_dtype(t.dtype).is_floating and (
-                prod(d.size for d in t.tensor_shape.dim) > _SMALL):
+                math.prod(d.size for d in t.tensor_shape.dim) > _SHAPE_LIKE):
             ph = out.node.add(name=n.name, op="Placeholder", device=n.device)
             ph.attr["dtype"].type = t.dtype
             ph.attr["shape"].shape.CopyFrom(t.tensor_shape)
         else:
             out.node.add().CopyFrom(n)
     return out
-
-
-_SMALL = 16
 
 
 def _combine(tf_shape, mine: Shape) -> Shape:
@@ -298,7 +300,7 @@ def _rule(node, data, a: Analysis, fresh) -> tuple[dict, dict]:
         if arr is None:
             return {}, {}
         out = {0: tuple(int(d) for d in arr.shape)}
-        if arr.dtype in (np.int32, np.int64) and arr.ndim <= 2 and arr.size <= 64:   # rank 2: Pad's paddings
+        if arr.dtype in (np.int32, np.int64) and arr.ndim <= 2 and arr.size <= _SHAPE_LIKE:   # rank 2: paddings
             return out, {0: ([int(x) for x in arr.reshape(-1)], arr.ndim == 0)}
         if arr.dtype in (np.float32, np.float64) and arr.ndim == 0 and float(arr) == int(arr) and abs(arr) < 2 ** 31:
             return out, {0: ([int(arr)], True)}      # an integral float scalar (a Range's start or delta)

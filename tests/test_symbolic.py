@@ -271,7 +271,7 @@ def test_tf_inferred_is_the_same_with_weights_left_out():
     """tf_inferred imports the graph with its large float constants as Placeholders of the same shape: the shapes
     and dtypes must be what importing the real graph gives (a Reshape whose target is computed from a constant's
     shape, a Range with float bounds, a Pad: the small constants their shape functions read stay constants)."""
-    w = np.random.default_rng(0).standard_normal((6, 8)).astype(np.float32)
+    w = np.random.default_rng(0).standard_normal((6, 16)).astype(np.float32)     # more than _SHAPE_LIKE elements
 
     def fn(x):
         y = tf.matmul(x, tf.constant(w))

@@ -42,7 +42,7 @@ class Emitter:
         self.counter = Counter()
         self.originals = self._index_originals()
         self.uses = self._count_uses()
-        self.const = self._const_classes()
+        self.const, self.order = self._const_classes()
         self.values: dict[int, np.ndarray] = {}    # folded class -> its value (_fold)
         self.input_nodes = {n.name: n for n in ing.graph_def.node}   # name -> NodeDef of the input graph
 
@@ -72,49 +72,42 @@ class Emitter:
             uses[r] += 1
         return uses
 
-    def _const_classes(self) -> set[int]:
-        """Classes that only depend on weights under this choice: their typed nodes are folded into Consts."""
+    def _const_classes(self) -> tuple[set[int], list[int]]:
+        """Classes that only depend on weights under this choice (their typed nodes are folded into Consts), and every
+        class the roots need, children first."""
         const: set[int] = set()
         dg = nx.DiGraph()
         for c in reachable_classes(self.g, self.choice):
             dg.add_node(c)
             dg.add_edges_from((ch, c) for ch in self.g.nodes[self.choice[c]].children)
-        for c in nx.lexicographical_topological_sort(dg):
+        order = list(nx.lexicographical_topological_sort(dg))
+        for c in order:
             n = self.g.nodes[self.choice[c]]
             if n.op in ("Weight", "FConst") or ((n.op in ops.BY_TERM or n.op == "Out") and n.children
                                     and all(ch in const for ch in n.children)):
                 const.add(c)
-        return const
+        return const, order
 
     def _fold(self) -> None:
         """Compute the value of every folded class the walk will emit, in one TF graph run (a session per op cost
         1.5 s on DenseNet169's 510 folded ops): weights and statistics are fed, the typed ops are built by
         nodedef.build, and the dtype of a typed op is its first input's, as in _emit_typed."""
-        tops, seen, stack = set(), set(), list(self.g.roots)
-        while stack:                           # the classes the walk folds: const, not Weight, not below another
-            c = stack.pop()
-            if c in seen:
-                continue
-            seen.add(c)
-            enode = self.g.nodes[self.choice[c]]
-            if c in self.const and enode.op != "Weight":
-                if self.exp.sorts[c] == "Tensor":
-                    tops.add(c)
-                continue
-            stack.extend(enode.children)
+        # the classes the walk folds: const Tensor classes (not Weights) that a root is, or an unfolded node reads (a
+        # const class has only const children, so no unfolded node is below a folded one)
+        read = set(self.g.roots)
+        for c in self.order:
+            if c not in self.const:
+                read.update(self.g.nodes[self.choice[c]].children)
+        tops = {c for c in read if c in self.const and self.g.nodes[self.choice[c]].op != "Weight"
+                and self.exp.sorts[c] == "Tensor"}
         if not tops:
             return
+        needed = set(tops)                     # and the classes they are computed from
+        for c in reversed(self.order):
+            if c in needed:
+                needed.update(self.g.nodes[self.choice[c]].children)
         gd, feeds, name, dtype = tf.compat.v1.GraphDef(), {}, {}, {}
-        order, stack, seen = nx.DiGraph(), sorted(tops), set()
-        while stack:
-            c = stack.pop()
-            if c not in seen:
-                seen.add(c)
-                order.add_node(c)
-                kids = self.g.nodes[self.choice[c]].children
-                order.add_edges_from((ch, c) for ch in kids)
-                stack.extend(kids)
-        for c in nx.lexicographical_topological_sort(order):
+        for c in (c for c in self.order if c in needed):
             n = self.g.nodes[self.choice[c]]
             if n.op in ("Weight", "FConst"):
                 value = (tf.make_ndarray(self.ing.weights[n.payload[0]].attr["value"].tensor) if n.op == "Weight"
