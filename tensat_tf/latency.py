@@ -12,12 +12,20 @@ order rotating from block to block (A B, B A, ...: the first subject of a block 
 per subject the block medians, their minimum and the p10-p90 spread of all calls. With `xla`, each signature is also
 wrapped in `tf.function(jit_compile=True)`; its first call (compilation) is reported apart.
 
+Load order is counterbalanced: in one process the SavedModel loaded later can run faster than the same SavedModel
+loaded first (measured on large CNNs: ResNet50V2 against itself came out 1.16x "faster" when loaded second;
+BENCHMARKS.md, "A/A load-order bias"), which would lean every comparison towards the subject loaded last. So every
+measurement runs two workers, one after the other: one loads the subjects in the order given, the other in reverse
+(`reverse_groups`). Block i of a subject is the geometric mean of its block-i medians in the two workers
+(`balance`), so the ratio of two subjects in block i is the geometric mean of their two in-worker ratios, and a
+factor that favours a load position cancels.
+
 Two entry points:
   - `measure(paths, signature, batch_size, ...)`: fixed blocks, latencies only (`tensat_tf profile`, tools/bench.py);
   - `decide(paths, signature, batch_sizes, threads, ...)`: is subject 1 faster than subject 0 in every setting
     (batch size x thread setting)? Blocks are added while the paired decision (tensat_tf/speedup.py) is undecided,
-    at fixed looks (n0, 2 n0, 4 n0 blocks) and within a time budget; one worker per thread setting, the next one
-    skipped once a setting is "slower". All intervals of one decision share one error budget (Bonferroni over
+    at fixed looks (n0, 2 n0, 4 n0 blocks) and within a time budget; a pair of workers (both load orders) per
+    thread setting, each look run by one then the other, the next setting skipped once a setting is "slower". All intervals of one decision share one error budget (Bonferroni over
     settings x looks), so a candidate that is not faster is kept on a false "faster" with probability below
     1 - level, whatever the number of settings.
 """
@@ -25,6 +33,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import queue
 import subprocess
@@ -181,46 +190,55 @@ def _subjects(request: dict, threads: int):
     return fns, feeds_for, subjects, loaded
 
 
-def _decide(request: dict, feeds_for, subjects) -> dict:
-    """Blocks in every batch size until every pair is settled, the looks are done or the budget is spent."""
-    cmp = request["compare"]
-    pairs, margin, level = cmp["pairs"], cmp["margin"], cmp["level"]
-    batches = request["batch_sizes"]
-    state = {}
-    for b in batches:
-        fns = subjects(feeds_for(b))
-        slowest = warm(fns, request.get("warmup", WARMUP))
-        runs = request.get("runs") or max(3, min(DECIDE_RUNS, int(DECIDE_BLOCK_SECONDS * 1e3 / max(slowest, 1e-3))))
-        state[b] = (fns, runs, Timings(len(fns)))
-    t0 = time.perf_counter()
-    deadline = t0 + cmp["seconds"]
-    n, stopped = 0, "looks"
+class Blocks:
+    """decide()'s measuring loop in a worker: `run(to, seconds)` adds blocks (one of each batch size per round) until
+    there are `to`, or until one more would take the measuring time past `seconds` (a stop that depends on time only,
+    never on the ratios seen so far). Warm-up waits for the first run: several workers load at the same time, but
+    only one measures at a time."""
 
-    def decisions():
-        return {b: [speedup.compare(t.medians[i], t.medians[j], margin, level) for i, j in pairs]
-                for b, (_, _, t) in state.items()}
+    def __init__(self, request: dict, feeds_for, subjects):
+        self.request, self.feeds_for, self.subjects = request, feeds_for, subjects
+        self.state, self.n, self.spent = {}, 0, 0.0
 
-    for target in cmp["looks"]:
-        while n < target:
-            # the budget ends the looks early: a stop that depends on time only, never on the ratios seen so far
-            if n and time.perf_counter() + (time.perf_counter() - t0) / n > deadline:
-                stopped = "budget"
+    def _warm(self) -> None:
+        for b in self.request["batch_sizes"]:
+            if b not in self.state:
+                fns = self.subjects(self.feeds_for(b))
+                slowest = warm(fns, self.request.get("warmup", WARMUP))
+                runs = self.request.get("runs") or max(3, min(DECIDE_RUNS,
+                                                              int(DECIDE_BLOCK_SECONDS * 1e3 / max(slowest, 1e-3))))
+                self.state[b] = (fns, runs, Timings(len(fns)))
+
+    def run(self, to: int, seconds: float) -> dict:
+        """-> {"blocks", "seconds" (measuring time so far), "budget" (stopped by it), "settings": [{"batch_size",
+        "runs", "latency": [Latency json per subject]}]}"""
+        self._warm()
+        budget = False
+        while self.n < to:
+            if self.n and self.spent + self.spent / self.n > seconds:
+                budget = True
                 break
-            for b in batches:                   # batch sizes alternate too: one block of each per round
-                fns, runs, timings = state[b]
-                timings.block(fns, runs, n)
-            n += 1
-        if stopped == "budget":
-            break
-        now = decisions()
-        if all(speedup.settled([now[b][p].verdict for b in batches]) for p in range(len(pairs))):
-            stopped = "settled"
-            break
-    final = decisions()
-    return {"seconds": round(time.perf_counter() - t0, 3), "stopped": stopped, "blocks": n,
-            "settings": [{"batch_size": b, "runs": state[b][1],
-                          "latency": [x.to_json() for x in state[b][2].latencies()],
-                          "decisions": [d.to_json() for d in final[b]]} for b in batches]}
+            t = time.perf_counter()
+            for b in self.request["batch_sizes"]:
+                fns, runs, timings = self.state[b]
+                timings.block(fns, runs, self.n)
+            self.spent += time.perf_counter() - t
+            self.n += 1
+        return {"blocks": self.n, "seconds": round(self.spent, 3), "budget": budget,
+                "settings": [{"batch_size": b, "runs": runs, "latency": [x.to_json() for x in timings.latencies()]}
+                             for b, (_, runs, timings) in self.state.items()]}
+
+
+def _serve(request: dict, feeds_for, subjects, device: str) -> dict:
+    """decide()'s worker, after loading: say "ready", then answer each order {"to", "seconds"} with Blocks.run's
+    reply, until the caller says stop."""
+    print(json.dumps({"ready": True, "device": device}), flush=True)
+    blocks = Blocks(request, feeds_for, subjects)
+    while True:
+        order = json.loads(sys.stdin.readline() or '{"stop": true}')
+        if order.get("stop"):
+            return {"stopped": True}
+        print(json.dumps(blocks.run(order["to"], order["seconds"])), flush=True)
 
 
 def worker(request: dict) -> dict:
@@ -230,16 +248,8 @@ def worker(request: dict) -> dict:
     tf_fns, feeds_for, subjects, _loaded = _subjects(request, threads)     # _loaded keeps the variables alive
     result = {"device": "GPU" if tf.config.list_physical_devices("GPU") else "CPU", "signature": request["signature"],
               "threads": threads}
-    if "compare" in request:
-        # loaded: say so, then wait for the caller's go (with the time budget) or stop; several workers load at
-        # the same time, but only one measures at a time
-        print(json.dumps({"ready": True}), flush=True)
-        order = json.loads(sys.stdin.readline() or '{"stop": true}')
-        if order.get("stop"):
-            return {"stopped": True}
-        request["compare"]["seconds"] = order["go"]
-        result.update(_decide(request, feeds_for, subjects))
-        return result
+    if "batch_sizes" in request:
+        return _serve(request, feeds_for, subjects, result["device"])
     batch = request["batch_size"]
     blocks, runs, warmup = request.get("blocks", BLOCKS), request.get("runs", RUNS), request.get("warmup", WARMUP)
     result["batch_size"] = batch
@@ -327,6 +337,37 @@ class _Worker:
         self.err.close()
 
 
+def reverse_groups(items: Sequence, sizes: Sequence[int]) -> list:
+    """`items` with each consecutive group of `sizes` reversed in place (SavedModels, then ONNX models, ...): the
+    second load order of a counterbalanced measurement. Its own inverse, so it also maps the second worker's results
+    back to the subjects' order. Runtimes keep their order: only subjects of one runtime are compared."""
+    out, i = [], 0
+    for k in sizes:
+        out += list(items[i:i + k])[::-1]
+        i += k
+    return out + list(items[i:])
+
+
+def reorders(sizes: Sequence[int]) -> bool:
+    """Does the second load order differ from the first (some runtime has two subjects or more)?"""
+    return any(k > 1 for k in sizes)
+
+
+def geometric_blocks(a: Sequence[float], b: Sequence[float]) -> list:
+    """Block i of one subject from the two load orders: the geometric mean of its block-i medians in each (the
+    blocks both have)."""
+    return [round(math.sqrt(x * y), 5) for x, y in zip(a, b)]
+
+
+def balance(a: dict, b: dict) -> dict:
+    """One subject's Latency json from its two workers (load orders): geometric means of the block medians
+    (geometric_blocks), of p10 and of p90; the compile time's mean."""
+    blocks = geometric_blocks(a["block_medians"], b["block_medians"])
+    compile_s = None if a.get("compile_s") is None else round((a["compile_s"] + b["compile_s"]) / 2, 3)
+    return Latency(min(blocks) if blocks else 0.0, math.sqrt(a["p10"] * b["p10"]), math.sqrt(a["p90"] * b["p90"]),
+                   blocks, compile_s).to_json()
+
+
 def run_worker(module: str, request: dict, timeout_s: float, what: str, error=None, tail_chars=None) -> dict:
     """Run `python -m module` in a clean process with the request's thread setting (_env), the request as JSON on
     stdin; -> the JSON of its last stdout line. A timeout or a failure raises `error` (ProfileError by default) with
@@ -352,12 +393,23 @@ def measure(paths: Sequence[str], signature: str, batch_size: int = 1, xla: bool
     as fill BLOCK_SECONDS for the first model, between 3 and RUNS). `threads`: 1 (one intra-op and one inter-op
     thread) or 0 (TF's and ONNX Runtime's defaults).
 
+    Two workers when a runtime has two subjects or more, one per load order (module docstring); each subject's
+    latency is then `balance`d over both.
+
     -> {"device", "batch_size", "signature", "threads", "tf": [Latency json per path], "xla": [...] if xla,
         "onnxruntime": [...] if onnx}."""
-    request = {"paths": [os.path.abspath(p) for p in paths], "signature": signature, "batch_size": batch_size,
-               "xla": xla, "blocks": blocks, "runs": runs, "onnx": [os.path.abspath(p) for p in onnx],
-               "threads": threads}
-    return run_worker("tensat_tf.latency", request, timeout_s, f"profiling {request['signature']}")
+    paths, onnx = [os.path.abspath(p) for p in paths], [os.path.abspath(p) for p in onnx]
+    request = {"paths": paths, "signature": signature, "batch_size": batch_size, "xla": xla, "blocks": blocks,
+               "runs": runs, "onnx": onnx, "threads": threads}
+    what = f"profiling {signature}"
+    first = run_worker("tensat_tf.latency", request, timeout_s, what)
+    if not reorders([len(paths), len(onnx)]):
+        return first
+    second = run_worker("tensat_tf.latency", dict(request, paths=paths[::-1], onnx=onnx[::-1]), timeout_s, what)
+    for key in ("tf", "xla", "onnxruntime"):
+        if key in first:
+            first[key] = [balance(x, y) for x, y in zip(first[key], second[key][::-1])]
+    return first
 
 
 def looks(tests: int, level: float = LEVEL) -> list[int]:
@@ -373,7 +425,8 @@ def decide(paths: Sequence[str], signature: str, batch_sizes: Sequence[int], thr
     SavedModels in `paths`, then the
     ONNX models in `onnx` (exactly two in all: original, candidate). `spec_path`: a SavedModel whose signature gives
     the inputs when `paths` is empty. `seconds`: measuring time for all settings together (worker start-up, model
-    loading and warm-up not included), shared evenly by the thread settings still to run.
+    loading and warm-up not included), shared evenly by the thread settings still to run and by the two load orders
+    of each (module docstring).
 
     -> {"device", "keep": bool (speedup.keep over every setting), "settings": [{"batch_size", "threads",
         "decision": Decision json, "original": Latency json, "candidate": Latency json, "runs"}] (settings that
@@ -391,30 +444,65 @@ def decide(paths: Sequence[str], signature: str, batch_sizes: Sequence[int], thr
     verdicts: dict = {(b, t): None for b in batch_sizes for t in threads}
     spent = 0.0
     deadline = time.monotonic() + timeout_s
-    # one worker per thread setting, all started (TF import, model loading) at once; they measure one after another
-    workers = [_Worker({"paths": [os.path.abspath(p) for p in paths], "onnx": [os.path.abspath(p) for p in onnx],
-                        "spec_path": os.path.abspath(spec_path) if spec_path else None, "signature": signature,
-                        "batch_sizes": batch_sizes, "threads": t,
-                        "compare": {"pairs": [[0, 1]], "margin": margin, "level": lv, "looks": plan}})
+    paths, onnx = [os.path.abspath(p) for p in paths], [os.path.abspath(p) for p in onnx]
+    sizes = [len(paths), len(onnx)]
+    orders = [[0, 1], reverse_groups([0, 1], sizes)] if reorders(sizes) else [[0, 1]]
+    # a pair of workers per thread setting (both load orders), all started (TF import, model loading) at once; they
+    # measure one after another
+    workers = [[_Worker({"paths": [paths[i] for i in order if i < len(paths)],
+                         "onnx": [onnx[i - len(paths)] for i in order if i >= len(paths)],
+                         "spec_path": os.path.abspath(spec_path) if spec_path else None, "signature": signature,
+                         "batch_sizes": batch_sizes, "threads": t}) for order in orders]
                for t in threads]
     try:
-        for w in workers:
-            w.receive(deadline)                 # {"ready": true}
-        for i, (t, w) in enumerate(zip(threads, workers)):
+        ready = [w.receive(deadline) for pair in workers for w in pair]      # {"ready": true, "device"}
+        out["device"] = ready[0]["device"]
+        for i, (t, pair) in enumerate(zip(threads, workers)):
             if speedup.SLOWER in verdicts.values():
-                w.send({"stop": True})          # the candidate loses somewhere: other settings cannot save it
-                continue
-            w.send({"go": max(0.0, seconds - spent) / (len(threads) - i)})
-            r = w.receive(deadline)
+                continue                        # the candidate loses somewhere: other settings cannot save it
+            budget = max(0.0, seconds - spent) / (len(threads) - i) / len(pair)
+            r = _looks(pair, orders, plan, budget, margin, lv, deadline)
             spent += r["seconds"]
             _collect(out, verdicts, r, t)
     finally:
-        for w in workers:
-            w.close()
+        for pair in workers:
+            for w in pair:
+                w.send({"stop": True})
+                w.close()
     out["seconds"] = round(spent, 3)
     out["keep"] = speedup.keep(verdicts.values())
     out["reason"] = _reason(verdicts, out["keep"], margin)
     return out
+
+
+def _looks(pair: list, orders: list, plan: list, budget: float, margin: float, level: float, deadline: float) -> dict:
+    """One thread setting of decide(): at each look, the first worker runs blocks up to the look (within `budget`
+    measuring seconds in all), the second as many; the decision is taken on their balanced blocks. -> the setting's
+    {"seconds", "stopped", "blocks", "settings": [{"batch_size", "runs", "latency", "decisions"}]}."""
+    seconds, stopped, replies = 0.0, "looks", []
+    for target in plan:
+        replies = []
+        for w in pair:
+            w.send({"to": replies[0]["blocks"] if replies else target, "seconds": budget})
+            replies.append(w.receive(deadline))
+        settings = []
+        for k, s in enumerate(replies[0]["settings"]):
+            lat = s["latency"]
+            if len(replies) > 1:        # the second worker's subjects back in the subjects' order, then balanced
+                other = replies[1]["settings"][k]["latency"]
+                lat = [balance(lat[i], other[orders[1].index(i)]) for i in range(len(lat))]
+            d = speedup.compare(lat[0]["block_medians"], lat[1]["block_medians"], margin, level)
+            settings.append({"batch_size": s["batch_size"], "runs": s["runs"], "latency": lat,
+                             "decisions": [d.to_json()]})
+        if any(r["budget"] for r in replies):
+            stopped = "budget"
+            break
+        if speedup.settled([s["decisions"][0]["verdict"] for s in settings]):
+            stopped = "settled"
+            break
+    seconds = sum(r["seconds"] for r in replies)
+    return {"seconds": seconds, "stopped": stopped, "blocks": min(r["blocks"] for r in replies),
+            "settings": settings}
 
 
 def _reason(verdicts: dict, keep: bool, margin: float) -> str:
@@ -430,7 +518,6 @@ def _reason(verdicts: dict, keep: bool, margin: float) -> str:
 
 
 def _collect(out: dict, verdicts: dict, r: dict, t: int) -> None:
-    out["device"] = r["device"]
     out["stopped"][threads_label(t)] = r["stopped"]
     for s in r["settings"]:
         d = s["decisions"][0]

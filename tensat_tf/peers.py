@@ -4,7 +4,9 @@ tools/bench.py asks one question per model: how fast is the original and how fas
 CPU user could pick? All subjects run in one clean worker process (`python -m tensat_tf.peers`, one intra-op and one
 inter-op thread, TF_OVERRIDE_GLOBAL_THREADPOOL, as tensat_tf/latency.py's worker), on the same seeded inputs, in
 blocks of `runs` calls per subject with the order rotated from block to block; each subject's block medians come
-back, so any two subjects measured together give a paired decision (tensat_tf/speedup.py's compare()).
+back, so any two subjects measured together give a paired decision (tensat_tf/speedup.py's compare()). The load
+order is counterbalanced as in tensat_tf/latency.py: a second worker loads each runtime's subjects in reverse, and a
+subject's block i is the geometric mean of its two block-i medians.
 
 OpenVINO reads a SavedModel directly (`openvino.convert_model(DIR)`: the serving_default signature) and runs with
 one inference thread and f32 precision: on CPUs with bf16 or AMX units it would otherwise compute in bf16 (measured
@@ -141,11 +143,27 @@ def measure(tf_paths: Sequence[str], signature: str, batch_size: int = 1, onnx: 
 
     -> {"signature", "batch_size", "threads", "runs", "blocks", "subjects": [{"runtime", "path", "block_ms", "ms"}]}
     in the order tf_paths, onnx, openvino; "ms" is the median of the block medians. A peer subject that could not be
-    loaded or run has "error" (one line) instead of timings."""
-    request = {"tf": [os.path.abspath(p) for p in tf_paths], "onnx": [os.path.abspath(p) for p in onnx],
-               "openvino": [os.path.abspath(p) for p in openvino], "signature": signature,
-               "batch_size": batch_size, "blocks": blocks, "runs": runs, "threads": threads}
-    return latency.run_worker("tensat_tf.peers", request, timeout_s, f"timing {signature}", PeerError, 200)
+    loaded or run (in either load order) has "error" (one line) instead of timings. "runs" is the first worker's."""
+    groups = {"tf": [os.path.abspath(p) for p in tf_paths], "onnx": [os.path.abspath(p) for p in onnx],
+              "openvino": [os.path.abspath(p) for p in openvino]}
+    request = dict(groups, signature=signature, batch_size=batch_size, blocks=blocks, runs=runs, threads=threads)
+    what = f"timing {signature}"
+    first = latency.run_worker("tensat_tf.peers", request, timeout_s, what, PeerError, 200)
+    sizes = [len(v) for v in groups.values()]
+    if not latency.reorders(sizes):
+        return first
+    second = latency.run_worker("tensat_tf.peers", dict(request, **{k: v[::-1] for k, v in groups.items()}),
+                                timeout_s, what, PeerError, 200)
+    import numpy as np
+    for subject, other in zip(first["subjects"], latency.reverse_groups(second["subjects"], sizes)):
+        if "error" in other and "error" not in subject:
+            subject.pop("block_ms", None), subject.pop("ms", None)
+            subject["error"] = other["error"]
+        if "error" not in subject:
+            subject["block_ms"] = latency.geometric_blocks(subject["block_ms"], other["block_ms"])
+            subject["ms"] = round(float(np.median(subject["block_ms"])), 5)
+    first["blocks"] = min(first["blocks"], second["blocks"])
+    return first
 
 
 if __name__ == "__main__":

@@ -118,3 +118,114 @@ def test_profile_command_prints_each_signature(zoo_cache):
     lines = proc.stdout.strip().splitlines()
     assert len(lines) == 2 and all(" ms " in line and "threads default" in line for line in lines)
     assert {line.split(" ")[0] for line in lines} == {"logits", "serving_default"}
+
+
+# --- counterbalanced load order ------------------------------------------------------------------------------------
+def test_reverse_groups_reverses_each_runtime_and_is_its_own_inverse():
+    items = ["tf0", "tf1", "tf2", "onnx0", "onnx1", "ov0"]
+    sizes = [3, 2, 1]
+    assert latency.reverse_groups(items, sizes) == ["tf2", "tf1", "tf0", "onnx1", "onnx0", "ov0"]
+    assert latency.reverse_groups(latency.reverse_groups(items, sizes), sizes) == items
+    assert latency.reorders([2, 0]) and not latency.reorders([1, 1, 0])
+
+
+def test_balance_takes_geometric_means_of_the_blocks_both_orders_have():
+    a = {"ms": 1.0, "p10": 1.0, "p90": 4.0, "block_medians": [1.0, 4.0, 2.0], "compile_s": 1.0}
+    b = {"ms": 4.0, "p10": 4.0, "p90": 9.0, "block_medians": [4.0, 1.0], "compile_s": 3.0}
+    x = latency.balance(a, b)
+    assert x["block_medians"] == [2.0, 2.0] and x["ms"] == 2.0
+    assert x["p10"] == pytest.approx(2.0) and x["p90"] == pytest.approx(6.0) and x["compile_s"] == 2.0
+
+
+def _biased_ms(path: str, position: int, count: int) -> float:
+    """A fake machine where the SavedModel loaded last runs 20 % faster than it is (the bias the two load orders
+    cancel); 'slow' paths take twice as long."""
+    return (2.0 if "slow" in path else 1.0) * (0.8 if position == count - 1 else 1.0)
+
+
+def _fake_latency(ms: float, blocks: int) -> dict:
+    return {"ms": ms, "p10": ms, "p90": ms, "block_medians": [ms * (1 + 0.01 * (i % 3)) for i in range(blocks)]}
+
+
+def test_measure_cancels_a_load_order_bias(monkeypatch):
+    requests = []
+
+    def run_worker(module, request, timeout_s, what, error=None, tail_chars=None):
+        requests.append(request)
+        paths = request["paths"]
+        return {"device": "CPU", "tf": [_fake_latency(_biased_ms(p, j, len(paths)), request["blocks"])
+                                        for j, p in enumerate(paths)]}
+
+    monkeypatch.setattr(latency, "run_worker", run_worker)
+    r = latency.measure(["/m/a", "/m/b"], "s", blocks=4)
+    assert [q["paths"] for q in requests] == [["/m/a", "/m/b"], ["/m/b", "/m/a"]]
+    ratios = {x / y for x, y in zip(r["tf"][0]["block_medians"], r["tf"][1]["block_medians"])}
+    assert ratios == {1.0}                      # A/B: the 20 % bias is gone in every block
+    requests.clear()
+    r = latency.measure(["/m/slow", "/m/a"], "s", blocks=4)
+    assert [round(x / y, 4) for x, y in zip(r["tf"][0]["block_medians"], r["tf"][1]["block_medians"])] == [2.0] * 4
+    requests.clear()
+    latency.measure(["/m/a"], "s", blocks=4)
+    assert len(requests) == 1                   # one subject: one load order
+
+
+def test_peers_measure_cancels_a_load_order_bias(monkeypatch):
+    from tensat_tf import peers
+
+    def run_worker(module, request, timeout_s, what, error=None, tail_chars=None):
+        paths = request["tf"]
+        subjects = [{"runtime": "tf", "path": p,
+                     "block_ms": _fake_latency(_biased_ms(p, j, len(paths)), 4)["block_medians"]}
+                    for j, p in enumerate(paths)]
+        subjects.append({"runtime": "onnxruntime", "path": request["onnx"][0], "block_ms": [1.0] * 4})
+        if request["tf"][0] == "/m/b":          # the peer fails in the second load order only
+            subjects[-1] = {"runtime": "onnxruntime", "path": request["onnx"][0], "error": "ValueError: no"}
+        return {"signature": "s", "batch_size": 1, "threads": 1, "runs": 3, "blocks": 4, "subjects": subjects}
+
+    monkeypatch.setattr(latency, "run_worker", run_worker)
+    m = peers.measure(["/m/a", "/m/b"], "s", onnx=["/m/x.onnx"])
+    a, b, ort = m["subjects"]
+    assert (a["path"], b["path"]) == ("/m/a", "/m/b")
+    assert [x / y for x, y in zip(a["block_ms"], b["block_ms"])] == [1.0] * 4 and a["ms"] == b["ms"]
+    assert ort["error"] == "ValueError: no" and "block_ms" not in ort
+
+
+class _FakeWorker:
+    """decide()'s worker protocol on the fake machine of _biased_ms."""
+    started: list = []
+
+    def __init__(self, request: dict):
+        self.request, self.n, self.replies = request, 0, [{"ready": True, "device": "CPU"}]
+        _FakeWorker.started.append(request)
+
+    def send(self, message: dict) -> None:
+        if "to" in message:
+            self.n = max(self.n, message["to"])
+            paths = self.request["paths"]
+            self.replies.append({"blocks": self.n, "seconds": 0.01 * self.n, "budget": False, "settings": [
+                {"batch_size": b, "runs": 3, "latency": [_fake_latency(_biased_ms(p, j, len(paths)), self.n)
+                                                         for j, p in enumerate(paths)]}
+                for b in self.request["batch_sizes"]]})
+
+    def receive(self, deadline: float) -> dict:
+        return self.replies.pop(0)
+
+    def close(self) -> None:
+        pass
+
+
+def test_decide_cancels_a_load_order_bias(monkeypatch):
+    monkeypatch.setattr(latency, "_Worker", _FakeWorker)
+    _FakeWorker.started = []
+    r = latency.decide(["/m/a", "/m/a2"], "s", [1], threads=(1,), seconds=1.0)
+    assert [q["paths"] for q in _FakeWorker.started] == [["/m/a", "/m/a2"], ["/m/a2", "/m/a"]]
+    (s,) = r["settings"]
+    # in one load order the candidate would be 1.25x "faster" on every block
+    assert s["decision"]["ratio"] == 1.0 and s["decision"]["verdict"] == "no difference" and r["keep"] is False
+    assert s["decision"]["blocks"] == r["looks"][-1] and r["stopped"] == {"1": "looks"}
+    _FakeWorker.started = []
+    r = latency.decide(["/m/a", "/m/slow"], "s", [1, 4], threads=(1, 0), seconds=1.0)
+    assert len(_FakeWorker.started) == 4
+    # slower in the first thread setting: the second is not measured, and the candidate is not kept
+    assert [s["decision"]["verdict"] for s in r["settings"]] == ["slower", "slower"] and r["keep"] is False
+    assert r["stopped"] == {"1": "settled"} and "slower in batch 1 threads 1" in r["reason"]

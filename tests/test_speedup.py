@@ -99,11 +99,24 @@ def _work(n):
     return lambda: sum(i * i for i in range(n))
 
 
+class _InProcess:
+    """decide()'s worker protocol without a process: the orders go straight to latency.Blocks."""
+
+    def __init__(self, blocks):
+        self.blocks, self.replies = blocks, []
+
+    def send(self, message):
+        self.replies.append(self.blocks.run(message["to"], message["seconds"]))
+
+    def receive(self, deadline):
+        return self.replies.pop(0)
+
+
 def _run_decide(fns, seconds=5.0, batches=(1, 4)):
-    request = {"batch_sizes": list(batches), "warmup": 2, "runs": 10,
-               "compare": {"pairs": [[0, 1]], "margin": 0.01, "level": speedup.per_test_level(0.99, 6),
-                           "looks": [12, 24, 48], "seconds": seconds}}
-    return latency._decide(request, lambda b: b, lambda feeds: fns)
+    """One thread setting of latency.decide (its looks and stops, latency._looks) on one in-process worker."""
+    blocks = latency.Blocks({"batch_sizes": list(batches), "warmup": 2, "runs": 10}, lambda b: b, lambda feeds: fns)
+    return latency._looks([_InProcess(blocks)], [[0, 1]], [12, 24, 48], seconds, 0.01,
+                          speedup.per_test_level(0.99, 6), float("inf"))
 
 
 def test_adaptive_loop_aa_is_not_faster():
