@@ -142,9 +142,10 @@ FANOUT = [("in", 0, (), 0.0), ("conv", 1, (0,), 5.0), ("bias", 2, (1,), 1.0), ("
 
 
 def _with_fused(eg: EGraphData, terms: dict) -> EGraphData:
-    """terms: node -> (class read, extra[, producers]); producers default to every node of that class."""
+    """terms: node -> (class read, extra[, producers[, partners]]); producers default to every node of that class."""
     return eg.with_costs([n.cost for n in eg.nodes], {
-        i: Fused(t[0], t[1], frozenset(t[2] if len(t) > 2 else eg.classes[t[0]])) for i, t in terms.items()})
+        i: Fused(t[0], t[1], frozenset(t[2] if len(t) > 2 else eg.classes[t[0]]), frozenset(t[3] if len(t) > 3 else ()))
+        for i, t in terms.items()})
 
 
 @pytest.mark.parametrize("solver", SOLVERS)
@@ -166,6 +167,53 @@ def test_ilp_pays_for_a_second_reader_of_a_fused_contraction(solver):
     # a root counts as a reader: the bias of an output conv is never fused
     assert dag.dag_cost(_with_fused(eg, {1: (0, 7.0)}), fan_out) == 10.0     # "in" is read by conv only
     assert dag.dag_cost(_with_fused(egraph(FANOUT, [4, 1]), {2: (1, 2.0)}), fan_out) == 12.0
+
+
+# Classes: 0 = input, 1 = Y (conv + bias, or another form "alt"), 2 = S = sigmoid(Y), 3 = root mul(Y, S), or a
+# costlier "whole" node reading Y alone. sigmoid and mul both read Y: as partners they keep each other's fusion.
+SWISH = [("in", 0, (), 0.0), ("convbias", 1, (0,), 5.0), ("alt", 1, (0,), 4.0), ("sigmoid", 2, (1,), 1.0),
+         ("mul", 3, (1, 2), 1.0), ("whole", 3, (1,), 3.5)]
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_partners_read_the_fused_class_without_breaking_the_fusion(solver):
+    eg = egraph(SWISH, [3])
+    swish = {0: 0, 1: 1, 2: 3, 3: 4}
+    fused = _with_fused(eg, {3: (1, 2.0, [1], [4]), 4: (1, 2.0, [1], [3])})
+    assert dag.dag_cost(fused, swish) == 7.0                # both fused: conv + bias computes Y, its readers partners
+    assert dag.dag_cost(fused, {**swish, 1: 2}) == 10.0      # Y computed otherwise: both pay
+    lonely = _with_fused(eg, {3: (1, 2.0, [1]), 4: (1, 2.0, [1])})
+    assert dag.dag_cost(lonely, swish) == 11.0               # without partners each is the other's second reader
+    for g, best in ((fused, 7.0), (lonely, 7.5)):       # lonely: whole(alt)
+        res = ilp.solve_ilp(g, greedy.greedy_choice(g), 10, solver, rel_gap=0.0)
+        assert dag.dag_cost(g, res.choice) == pytest.approx(best) == brute_force(g) and res.status == "optimal"
+    assert ilp.solve_ilp(fused, greedy.greedy_choice(fused), 10, solver, rel_gap=0.0).choice[1] == 1
+
+
+def test_ilp_matches_brute_force_with_fused_partners():
+    """As below, each fused node with random partners among the other readers of the class it reads."""
+    rng = random.Random(12)
+    checked = 0
+    while checked < 40:
+        eg = _random_egraph(rng)
+        readers = {}
+        for i, n in enumerate(eg.nodes):
+            for k in n.children:
+                readers.setdefault(k, set()).add(i)
+        terms = {i: (n.children[0], float(rng.randint(1, 4)),
+                     [j for j in eg.classes[n.children[0]] if rng.random() < 0.6],
+                     [o for o in sorted(readers[n.children[0]]) if o != i and rng.random() < 0.5])
+                 for i, n in enumerate(eg.nodes) if n.children and rng.random() < 0.5}
+        eg = _with_fused(eg, terms)
+        best = brute_force(eg)
+        try:
+            start = greedy.greedy_choice(eg)
+        except NoExtraction:
+            continue
+        res = ilp.solve_ilp(eg, start, 10, SOLVERS[-1], rel_gap=0.0)
+        assert dag.is_valid(eg, res.choice) and res.status == "optimal", (eg, res)
+        assert dag.dag_cost(eg, res.choice) == pytest.approx(best), (eg, res)
+        checked += 1
 
 
 def test_ilp_matches_brute_force_with_fused_extras():

@@ -76,6 +76,46 @@ def test_only_the_activations_tf_fuses():
     assert fusion.fused_nodes(plain) == {}
 
 
+def swish(contraction="Conv2D", bias_op="BiasAdd", w=W, x=X, order=(4, 5)):
+    """x -> contraction -> bias (class 4) -> Sigmoid (5) -> Mul of both (6), operands in `order`."""
+    nodes = [("Input", 0, (), ("x",)), ("Weight", 1, (), ("w",)), ("Weight", 2, (), ("b",)),
+             (contraction, 3, (0, 1), SAME), (bias_op, 4, (3, 2), ()), ("Sigmoid", 5, (4,), ()),
+             ("Mul", 6, order, ())]
+    return egraph(nodes, {0: x, 1: w, 2: B, 3: Y, 4: Y, 5: Y, 6: Y})
+
+
+def test_swish_joins_a_conv_and_its_biasadd_only():
+    for order in ((4, 5), (5, 4)):
+        sites = fusion.fusion_sites(swish(order=order))
+        assert {i: s.kind for i, s in sites.items()} == {4: "bias", 5: "swish", 6: "swish"}
+        assert sites[5] == fusion.Site("swish", 4, frozenset({4}), frozenset({6}))
+        assert sites[6] == fusion.Site("swish", 4, frozenset({4}), frozenset({5}))
+    # measured: after a bias-semantic AddV2, or a depthwise conv's or MatMul's bias, the swish is a separate kernel
+    assert fusion.fused_nodes(swish(bias_op="AddV2")) == {4: "bias"}
+    assert fusion.fused_nodes(swish("DepthwiseConv2dNative", w=(3, 3, 32, 1), x=Y)) == {4: "bias"}
+    # priced: the fused swish costs its arithmetic, and each node's fusion allows the other as a reader of class 4
+    costs, fused = analytic.priced(swish())
+    plain = analytic.costs(swish(), fusion=False)
+    assert costs[5] < plain[5] and costs[6] < plain[6]
+    assert fused[5].partners == {6} and fused[6].partners == {5} and fused[5].producers == {4}
+
+
+def test_extraction_picks_the_biasadd_a_swish_fuses_with():
+    """Class 4 holds both bias forms (rule F05): equal alone, but only the BiasAdd takes the swish into the conv."""
+    from tensat_tf.extract import dag
+    nodes = [("Input", 0, (), ("x",)), ("Weight", 1, (), ("w",)), ("Weight", 2, (), ("b",)),
+             ("Conv2D", 3, (0, 1), SAME), ("AddV2", 4, (3, 2), ()), ("BiasAdd", 4, (3, 2), ()),
+             ("Sigmoid", 5, (4,), ()), ("Mul", 6, (4, 5), ())]
+    exp = egraph(nodes, {0: X, 1: W, 2: B, 3: Y, 4: Y, 5: Y, 6: Y})
+    costs, fused = analytic.priced(exp)
+    g = exp.egraph.with_costs(costs, fused)
+    base = {0: 0, 1: 1, 2: 2, 3: 3, 5: 6, 6: 7}
+    plain = analytic.costs(exp, fusion=False)
+    saving = sum(plain[i] - costs[i] for i in (6, 7))
+    assert saving > 0 and costs[4] == costs[5]              # the two bias forms alone: the same fused kernel
+    assert dag.dag_cost(g, {**base, 4: 5}) == pytest.approx(dag.dag_cost(g, {**base, 4: 4}) - saving)
+
+
 def test_batchnorm_after_conv_but_not_after_depthwise():
     def bn(contraction, w):
         nodes = [("Input", 0, (), ("x",)), ("Weight", 1, (), ("w",))] + \

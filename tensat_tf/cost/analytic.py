@@ -347,7 +347,7 @@ def fusion_terms(exp: Exported, costs_ms: list[float], batch_size: int,
         in_shapes, out_shape = node_shapes(exp, i, batch_size)
         out[i] = min(out[i], fused_cost(n.op, in_shapes, out_shape, device))
         if costs_ms[i] > out[i]:
-            terms[i] = Fused(site.reads, costs_ms[i] - out[i], site.producers)
+            terms[i] = Fused(site.reads, costs_ms[i] - out[i], site.producers, site.partners)
     return out, terms
 
 

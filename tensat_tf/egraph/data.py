@@ -26,10 +26,12 @@ class ENode:
 class Fused:
     """A node priced as the epilogue of the kernel that computes class `reads` (a bias on a convolution, an
     activation on that bias). TF fuses it only when the node chosen for `reads` is one of `producers` and this node
-    is its only reader (a root counts as a reader); otherwise the node costs `extra` more."""
+    is its only reader, `partners` aside (a root counts as a reader); otherwise the node costs `extra` more.
+    `partners`: the other nodes of an epilogue that reads `reads` twice (swish: Sigmoid(y) and Mul(y, Sigmoid(y)))."""
     reads: int
     extra: float
     producers: frozenset[int]
+    partners: frozenset[int] = frozenset()
 
 
 @dataclasses.dataclass

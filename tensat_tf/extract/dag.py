@@ -5,7 +5,7 @@ extractor: a choice is read only from the roots down.
 """
 from __future__ import annotations
 
-from collections import Counter
+from collections import defaultdict
 from typing import Mapping, Optional
 
 import networkx as nx
@@ -42,12 +42,16 @@ def dag_cost(egraph: EGraphData, choice: Choice) -> float:
     needed = sorted(reachable_classes(egraph, choice))
     cost = sum(egraph.nodes[choice[c]].cost for c in needed)
     if egraph.fused:
-        readers = Counter(set(egraph.roots))
+        readers: dict[int, set[int]] = defaultdict(set)     # class -> the chosen nodes reading it (-1: a root)
+        for r in egraph.roots:
+            readers[r].add(-1)
         for c in needed:
-            readers.update(set(egraph.nodes[choice[c]].children))
+            for k in egraph.nodes[choice[c]].children:
+                readers[k].add(choice[c])
         for c in needed:
-            f = egraph.fused.get(choice[c])
-            if f is not None and (readers[f.reads] > 1 or choice[f.reads] not in f.producers):
+            i = choice[c]
+            f = egraph.fused.get(i)
+            if f is not None and (readers[f.reads] - {i} - f.partners or choice[f.reads] not in f.producers):
                 cost += f.extra
     return cost
 

@@ -8,8 +8,8 @@ Model, on the reduced e-graph (reduce.py):
   one node:  sum_{j in class c} x_j <= 1                    an optimal choice never needs two (costs are >= 0),
                                                             and it makes the per-class-edge order rows below valid
   fused (EGraphData.fused: node i costs e_i more unless class k = reads(i) is computed by one of producers(i)
-             and i is its only reader): a column 0 <= p_i <= 1 of cost e_i, p_i >= x_i + x_m - 1 for every other
-             node m with child k (p_i >= x_i when k is a root), and p_i >= x_i - sum_{j in producers(i)} x_j: p_i is
+             and i is its only reader, partners(i) aside): a column 0 <= p_i <= 1 of cost e_i, p_i >= x_i + x_m - 1
+             for every other node m with child k, not a partner (p_i >= x_i when k is a root), and p_i >= x_i - sum_{j in producers(i)} x_j: p_i is
              1 exactly when the program pays the extra, as dag.dag_cost counts
 Acyclicity, two ways (chosen by measurement, see BENCHMARKS.md):
   "order": a real t_c per class, only for classes on a cycle of the e-graph (a strongly connected component, SCC):
@@ -118,7 +118,7 @@ class _Model:
                 f = egraph.fused.get(i)
                 if f is None or f.reads not in red.classes:
                     continue
-                others = [o for o in readers.get(f.reads, ()) if o != i]
+                others = [o for o in readers.get(f.reads, ()) if o != i and o not in f.partners]
                 producers = [j for j in red.classes[f.reads] if j in f.producers]
                 if others or f.reads in roots or len(producers) < len(red.classes[f.reads]):
                     p = m.add_col(f"p{i:0{node_width}d}", float(f.extra), 0, 1, False)

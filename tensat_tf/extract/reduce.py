@@ -10,7 +10,8 @@ Each step removes only nodes that no optimal acyclic choice needs:
      counting b's fused extra (EGraphData.fused) as paid and a's as not. Swapping a for b in any
      acyclic choice keeps it acyclic (b's edges are a subset of a's, into classes already chosen) and costs no more
      (b reads fewer classes, so no other node's extra is added), provided b is a producer of every fused node a is
-     one of (a conv that a bias fuses with is not dominated by a cheaper Split output). Equal pairs keep the lowest
+     one of (a conv that a bias fuses with is not dominated by a cheaper Split output) and a partner of every one
+     a is a partner of (a swish's Sigmoid is not dominated by another reader of its input). Equal pairs keep the lowest
      id, so the relation is a strict order and every removed node has a kept dominator.
   4. Classes unreachable from the roots through the remaining nodes, and their nodes.
 """
@@ -79,9 +80,12 @@ def _drop_dominated(egraph: EGraphData, kids: list[tuple[int, ...]], alive: list
     cost = [n.cost for n in egraph.nodes]
     worst = [c + (egraph.fused[i].extra if i in egraph.fused else 0.0) for i, c in enumerate(cost)]
     produces: dict[int, set[int]] = {}          # node -> the fused nodes it is a producer for
+    partner: dict[int, set[int]] = {}           # node -> the fused nodes it is a partner of
     for f_node, f in egraph.fused.items():
         for j in f.producers:
             produces.setdefault(j, set()).add(f_node)
+        for j in f.partners:
+            partner.setdefault(j, set()).add(f_node)
     none: set[int] = set()
     for members in egraph.classes:
         live = [i for i in members if alive[i]]
@@ -91,7 +95,8 @@ def _drop_dominated(egraph: EGraphData, kids: list[tuple[int, ...]], alive: list
         for a in live:
             for b in live:
                 if b == a or not (sets[b] <= sets[a] and worst[b] <= cost[a]
-                                  and produces.get(a, none) <= produces.get(b, none)):
+                                  and produces.get(a, none) <= produces.get(b, none)
+                                  and partner.get(a, none) <= partner.get(b, none)):
                     continue
                 if sets[b] != sets[a] or worst[b] < cost[a] or b < a:
                     alive[a] = False
