@@ -190,21 +190,14 @@ def test_partners_read_the_fused_class_without_breaking_the_fusion(solver):
     assert ilp.solve_ilp(fused, greedy.greedy_choice(fused), 10, solver, rel_gap=0.0).choice[1] == 1
 
 
-def test_ilp_matches_brute_force_with_fused_partners():
-    """As below, each fused node with random partners among the other readers of the class it reads."""
-    rng = random.Random(12)
+def _ilp_matches_brute_force(seed: int, count: int, terms_of) -> None:
+    """On `count` random cyclic e-graphs (those with a greedy start) priced with fused terms_of(rng, egraph), the
+    ILP proves the brute-force optimum."""
+    rng = random.Random(seed)
     checked = 0
-    while checked < 40:
+    while checked < count:
         eg = _random_egraph(rng)
-        readers = {}
-        for i, n in enumerate(eg.nodes):
-            for k in n.children:
-                readers.setdefault(k, set()).add(i)
-        terms = {i: (n.children[0], float(rng.randint(1, 4)),
-                     [j for j in eg.classes[n.children[0]] if rng.random() < 0.6],
-                     [o for o in sorted(readers[n.children[0]]) if o != i and rng.random() < 0.5])
-                 for i, n in enumerate(eg.nodes) if n.children and rng.random() < 0.5}
-        eg = _with_fused(eg, terms)
+        eg = _with_fused(eg, terms_of(rng, eg))
         best = brute_force(eg)
         try:
             start = greedy.greedy_choice(eg)
@@ -219,24 +212,23 @@ def test_ilp_matches_brute_force_with_fused_partners():
 def test_ilp_matches_brute_force_with_fused_extras():
     """Random cyclic e-graphs where some nodes pay an extra when their first child class has another reader or is
     not computed by one of some random nodes of it."""
-    rng = random.Random(11)
-    checked = 0
-    while checked < 60:
-        eg = _random_egraph(rng)
-        sole = {i: (n.children[0], float(rng.randint(1, 4)),
-                    [j for j in eg.classes[n.children[0]] if rng.random() < 0.6])
-                for i, n in enumerate(eg.nodes) if n.children and rng.random() < 0.4}
-        eg = _with_fused(eg, sole)
-        best = brute_force(eg)
-        try:
-            start = greedy.greedy_choice(eg)
-        except NoExtraction:
-            continue
-        res = ilp.solve_ilp(eg, start, 10, SOLVERS[-1], rel_gap=0.0)
-        assert dag.is_valid(eg, res.choice)
-        assert res.status == "optimal", (eg, res)
-        assert dag.dag_cost(eg, res.choice) == pytest.approx(best), (eg, res)
-        checked += 1
+    _ilp_matches_brute_force(11, 60, lambda rng, eg: {
+        i: (n.children[0], float(rng.randint(1, 4)), [j for j in eg.classes[n.children[0]] if rng.random() < 0.6])
+        for i, n in enumerate(eg.nodes) if n.children and rng.random() < 0.4})
+
+
+def test_ilp_matches_brute_force_with_fused_partners():
+    """As above, each fused node with random partners among the other readers of the class it reads."""
+    def terms_of(rng, eg):
+        readers = {}
+        for i, n in enumerate(eg.nodes):
+            for k in n.children:
+                readers.setdefault(k, set()).add(i)
+        return {i: (n.children[0], float(rng.randint(1, 4)),
+                    [j for j in eg.classes[n.children[0]] if rng.random() < 0.6],
+                    [o for o in sorted(readers[n.children[0]]) if o != i and rng.random() < 0.5])
+                for i, n in enumerate(eg.nodes) if n.children and rng.random() < 0.5}
+    _ilp_matches_brute_force(12, 40, terms_of)
 
 
 # Classes: 0 = input, 1 = X, 2 = S = split(M), 3 = M, 4 = root r(X). X is conv(input) (2) or split0(S); M is
