@@ -18,7 +18,7 @@ from tensat_tf import verify as verify_mod
 from tensat_tf.io import load as load_mod
 from tensat_tf.io import save as save_mod
 from tensat_tf.options import Options
-from tensat_tf.passes import canonicalize, pipeline, shapes
+from tensat_tf.passes import canonicalize, grouped_conv, pipeline, shapes
 from tensat_tf.passes.tensat import TensatPass
 from tensat_tf.stopwatch import Stopwatch
 
@@ -177,8 +177,8 @@ def convert(src: str, output_dir: str, options: Options = Options()) -> dict:
     for i, (name, sig) in enumerate(sorted(model.signatures.items())):
         stage(f"optimizing signature {name} ({i + 1}/{len(model.signatures)}): canonicalize, saturate, extract")
         tensat_pass = TensatPass(options.engine, progress=lambda text, name=name: stage(f"signature {name}: {text}"))
-        passes = (([canonicalize] if options.canonicalize else []) + ([shapes] if options.fold_shapes else [])
-                  + [tensat_pass])
+        passes = (([canonicalize] if options.canonicalize else []) + ([grouped_conv] if options.grouped_conv else [])
+                  + ([shapes] if options.fold_shapes else []) + [tensat_pass])
         out, results = pipeline.run(sig.graph_def, sig.item, passes)
         for r in results:
             watch.add(r.name, r.seconds)

@@ -98,6 +98,7 @@ class Options:
     overwrite: bool = False
     canonicalize: bool = True
     fold_shapes: bool = True            # passes/shapes.py: shape plumbing the symbolic shapes determine -> constants
+    grouped_conv: bool = True           # passes/grouped_conv.py: XLA-called depthwise convs -> DepthwiseConv2dNative
     verify_batch_sizes: Sequence[int] = (1, 4)
     seed: int = 0
     rtol: Optional[float] = None

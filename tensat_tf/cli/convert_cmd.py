@@ -23,6 +23,9 @@ flags.DEFINE_bool("canonicalize", True, "Run Grappler's cleanup passes before th
 flags.DEFINE_bool("fold_shapes", True, "Fold the shape plumbing that the symbolic shapes determine (Shape, "
                                        "StridedSlice, Pack, Prod, GatherV2 feeding a Reshape) before the e-graph "
                                        "pass (passes/shapes.py).")
+flags.DEFINE_bool("grouped_conv", True, "Run grouped convolutions that are depthwise ones (Keras 3 calls them through "
+                                        "an XLA-compiled function on CPU) as DepthwiseConv2dNative "
+                                        "(passes/grouped_conv.py).")
 flags.DEFINE_list("verify_batch_sizes", ["1", "4"], "Batch sizes used for unknown leading dimensions in verification.")
 flags.DEFINE_integer("seed", 0, "Seed of the random verification inputs.")
 flags.DEFINE_float("rtol", None, "Max relative difference allowed in verification (default per dtype: 1e-5 float32).")
@@ -127,7 +130,8 @@ def options_from_flags(serving_mode: bool = False) -> Options:
                               f"{FLAGS.profile_batch_sizes}, {FLAGS.profile_threads}") from None
     return Options(
         signatures=None if FLAGS.signatures is None else tuple(FLAGS.signatures), overwrite=FLAGS.overwrite,
-        canonicalize=FLAGS.canonicalize, fold_shapes=FLAGS.fold_shapes, verify_batch_sizes=verify_batch_sizes,
+        canonicalize=FLAGS.canonicalize, fold_shapes=FLAGS.fold_shapes, grouped_conv=FLAGS.grouped_conv,
+        verify_batch_sizes=verify_batch_sizes,
         seed=FLAGS.seed, rtol=FLAGS.rtol, min_variable_elements=FLAGS.min_variable_elements, tags=tuple(FLAGS.tags),
         allow_ops=tuple(FLAGS.allow_ops), engine=engine_flags.engine_from_flags(), profile=FLAGS.profile,
         profile_batch_sizes=profile_batch_sizes, profile_threads=profile_threads,

@@ -1,0 +1,165 @@
+"""Grouped convolutions that are depthwise convolutions, compiled by XLA in a function call -> DepthwiseConv2dNative.
+
+TF's CPU Conv2D kernel has no groups, so Keras 3 runs a Conv2D with `groups > 1` on CPU as a call to a
+`jit_compile=True` function (`StatefulPartitionedCall`, `_XlaMustCompile`, `_noinline`): one Conv2D whose filter's
+input depth is the input's channels / groups. Freezing and Grappler keep the call (it must not be inlined), the
+e-graph sees one opaque node, and XLA's CPU grouped convolution is slow: a 7x7 one on [1,56,56,96] takes 34 ms against
+0.95 ms for TF's DepthwiseConv2dNative computing the same values (one thread; 21-27x on ConvNeXt-Tiny's four stage
+shapes, maximum difference 6e-6; BENCHMARKS.md). ConvNeXt's 7x7 "depthwise" convolutions are written this way, and
+they were 47 of its 72 ms.
+
+When the filter's input depth is 1 (groups = the input's channels C) and it has M = C * m output channels, the grouped
+convolution IS a depthwise convolution with multiplier m: grouped output channel g * m + j reads input channel g
+through filter[:, :, 0, g * m + j], the depthwise output channel c * m + j reads channel c through
+dw_filter[:, :, c, j], and in row-major order the [kh, kw, 1, C*m] filter and the [kh, kw, C, m] one are the same
+array. So the call becomes DepthwiseConv2dNative(x, reshape(filter)), same name (its consumers are unchanged),
+same strides, padding and dilations. Only when all of this is known: a float32 NHWC Conv2D alone in the function
+(Identity nodes aside), a constant filter, the input's channel count static, equal row and column strides
+(DepthwiseConv2dNative's requirement), SAME or VALID padding. Other grouped convolutions (groups < C) keep their call,
+and so do dilated ones (TF writes them as SpaceToBatchND + Conv2D + BatchToSpaceND inside the function).
+
+A Grappler-style pass, run after canonicalize (which has turned the filter's Identity chain into a Const): the
+e-graph then sees a typed depthwise convolution its rules and cost model know (bias folds, fused kernels).
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import numpy as np
+import tensorflow as tf
+
+from tensat_tf.item import GrapplerItem, node_name
+
+name = "grouped_conv"
+
+CALLS = frozenset({"StatefulPartitionedCall", "PartitionedCall"})
+
+
+def _conv_of(fn) -> Optional[tuple]:
+    """(Conv2D node, index of the function argument it convolves, index of its filter argument) when the function
+    body is one Conv2D (Identity and NoOp nodes aside: the variable read's control plumbing) whose output is the
+    function's only output; else None."""
+    body = [n for n in fn.node_def if n.op not in ("Identity", "NoOp")]
+    if len(body) != 1 or body[0].op != "Conv2D" or len(fn.signature.output_arg) != 1:
+        return None
+    conv = body[0]
+    by_name = {n.name: n for n in fn.node_def}
+    args = [a.name for a in fn.signature.input_arg]
+
+    def arg_of(ref: str) -> Optional[int]:
+        """The argument a node input reads, through Identity nodes."""
+        while True:
+            base = ref.split(":")[0]
+            if base in args:
+                return args.index(base)
+            n = by_name.get(base)
+            if n is None or n.op != "Identity" or len(n.input) != 1:
+                return None
+            ref = n.input[0]
+
+    out = fn.ret[fn.signature.output_arg[0].name].split(":")[0]
+    while out != conv.name:
+        n = by_name.get(out)
+        if n is None or n.op != "Identity":
+            return None
+        out = n.input[0].split(":")[0]
+    data, filt = arg_of(conv.input[0]), arg_of(conv.input[1])
+    if data is None or filt is None or any(i.startswith("^") for i in conv.input):
+        return None
+    return conv, data, filt
+
+
+def _const_value(nodes: dict, ref: str) -> Optional[np.ndarray]:
+    """The value of a Const a graph input reads, through Identity nodes."""
+    n = nodes.get(node_name(ref))
+    while n is not None and n.op == "Identity" and n.input:
+        n = nodes.get(node_name(n.input[0]))
+    if n is None or n.op != "Const":
+        return None
+    return tf.make_ndarray(n.attr["value"].tensor)
+
+
+def _depthwise(call, conv, data_ref: str, filt: np.ndarray, channels: int, filter_name: str):
+    """-> (the filter Const, the DepthwiseConv2dNative replacing `call`), or None when `conv` is not depthwise."""
+    a = conv.attr
+    strides = list(a["strides"].list.i)
+    dilations = list(a["dilations"].list.i) or [1, 1, 1, 1]
+    fmt = a["data_format"].s.decode() if "data_format" in a else "NHWC"
+    padding = a["padding"].s.decode()
+    if (a["T"].type != tf.float32.as_datatype_enum or fmt != "NHWC" or padding not in ("SAME", "VALID")
+            or filt.dtype != np.float32 or filt.ndim != 4 or filt.shape[2] != 1 or channels <= 1
+            or filt.shape[3] % channels or len(strides) != 4 or strides[1] != strides[2]
+            or strides[0] != 1 or strides[3] != 1 or dilations[0] != 1 or dilations[3] != 1):
+        return None
+    kh, kw, _, m_total = filt.shape
+    const = tf.compat.v1.NodeDef(name=filter_name, op="Const")
+    const.attr["dtype"].type = tf.float32.as_datatype_enum
+    const.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(filt.reshape(kh, kw, channels, m_total // channels)))
+    dw = tf.compat.v1.NodeDef(name=call.name, op="DepthwiseConv2dNative", device=call.device)
+    dw.input.extend([data_ref, filter_name] + [i for i in call.input if i.startswith("^")])
+    dw.attr["T"].type = tf.float32.as_datatype_enum
+    dw.attr["strides"].list.i.extend(strides)
+    dw.attr["padding"].s = padding.encode()
+    dw.attr["dilations"].list.i.extend(dilations)
+    dw.attr["data_format"].s = b"NHWC"
+    return const, dw
+
+
+def _channels(graph_def, refs: list) -> dict:
+    """ref -> its static last dim (None when unknown), from TF's shape inference on the graph."""
+    g = tf.Graph()
+    with g.as_default():
+        tf.graph_util.import_graph_def(graph_def, name="")
+    out = {}
+    for ref in refs:
+        t = g.get_tensor_by_name(ref if ":" in ref else ref + ":0")
+        dims = t.shape.as_list() if t.shape.rank is not None else None
+        out[ref] = dims[-1] if dims and len(dims) == 4 else None
+    return out
+
+
+def optimize(graph_def, item: GrapplerItem):
+    functions = {f.signature.name: f for f in graph_def.library.function}
+    nodes = {n.name: n for n in graph_def.node}
+    found = []
+    for n in graph_def.node:
+        fn = functions.get(n.attr["f"].func.name) if n.op in CALLS else None
+        conv = _conv_of(fn) if fn is not None else None
+        data_inputs = [i for i in n.input if not i.startswith("^")]
+        if conv is None or len(data_inputs) != len(fn.signature.input_arg):
+            continue
+        filt = _const_value(nodes, data_inputs[conv[2]])
+        if filt is not None:
+            found.append((n, conv[0], data_inputs[conv[1]], filt))
+    if not found:
+        return graph_def
+    channels = _channels(graph_def, [data for _, _, data, _ in found])
+    taken = set(nodes)
+    replaced: dict[str, list] = {}
+    for call, conv, data, filt in found:
+        filter_name = call.name + "/depthwise_filter"
+        if filter_name in taken or channels[data] is None:
+            continue
+        made = _depthwise(call, conv, data, filt, channels[data], filter_name)
+        if made is not None:
+            replaced[call.name] = list(made)
+            taken.add(filter_name)
+    if not replaced:
+        return graph_def
+    out = tf.compat.v1.GraphDef()
+    out.versions.CopyFrom(graph_def.versions)
+    for n in graph_def.node:
+        if n.name in replaced:
+            out.node.extend(replaced[n.name])
+        else:
+            out.node.add().CopyFrom(n)
+    # a function only the replaced calls used goes with them
+    gone = {call.attr["f"].func.name for call, *_ in found if call.name in replaced}
+    still = {n.attr["f"].func.name for n in out.node if n.op in CALLS}
+    still |= {v.func.name for f in graph_def.library.function for nd in f.node_def for v in nd.attr.values()
+              if v.HasField("func")}
+    out.library.CopyFrom(graph_def.library)
+    del out.library.function[:]
+    out.library.function.extend(f for f in graph_def.library.function
+                                if f.signature.name not in gone or f.signature.name in still)
+    return out

@@ -1,0 +1,61 @@
+"""passes/grouped_conv.py: Keras 3's grouped convolutions, which TF runs on CPU through an XLA-compiled function call,
+become DepthwiseConv2dNative when they are depthwise (groups = input channels), computing the same values; other
+grouped convolutions keep their call."""
+import collections
+
+import numpy as np
+import pytest
+from conftest import run_graph
+
+from tensat_tf.convert import convert
+from tensat_tf.io import load
+from tensat_tf.options import EngineOptions, Options
+from tensat_tf.passes import canonicalize, grouped_conv
+
+
+@pytest.fixture(scope="module")
+def grouped(tmp_path_factory):
+    """[N, 9, 9, 4] -> depthwise as groups=4 (multiplier 2) -> groups=2 (stride 2) -> groups=8 with unequal strides
+    (depthwise, but DepthwiseConv2dNative needs equal ones) -> groups=8 dilated (SpaceToBatchND in the function)."""
+    import keras
+    from keras import layers
+    keras.utils.set_random_seed(3)
+    inp = keras.Input((9, 9, 4), name="x")
+    y = layers.Conv2D(8, 3, groups=4, padding="same", name="dw")(inp)
+    y = layers.Conv2D(8, 3, groups=2, strides=2, name="grouped")(y)
+    y = layers.Conv2D(8, 1, groups=8, strides=(1, 2), name="dw_uneven")(y)
+    y = layers.Conv2D(8, 2, groups=8, padding="same", dilation_rate=2, name="dw_dilated")(y)
+    path = str(tmp_path_factory.mktemp("grouped") / "m")
+    keras.Model(inp, y).export(path, verbose=False)
+    return path
+
+
+def _ops(gd):
+    return collections.Counter(n.op for n in gd.node)
+
+
+def test_depthwise_calls_become_depthwise_convs_with_the_same_values(grouped):
+    sig = load.load(grouped, only=["serving_default"]).signatures["serving_default"]
+    gd = canonicalize.optimize(sig.graph_def, sig.item)
+    assert _ops(gd)["StatefulPartitionedCall"] == 4
+    out = grouped_conv.optimize(gd, sig.item)
+    ops = _ops(out)
+    assert ops["DepthwiseConv2dNative"] == 1 and ops["StatefulPartitionedCall"] == 3
+    (dw,) = [n for n in out.node if n.op == "DepthwiseConv2dNative"]
+    assert list(dw.attr["strides"].list.i) == [1, 1, 1, 1] and dw.attr["padding"].s == b"SAME"
+    assert len(out.library.function) == 3         # the replaced call's function went with it
+    x = np.random.default_rng(0).standard_normal((2, 9, 9, 4)).astype("f4")
+    (want,), (got,) = run_graph(gd, sig.item, [x]), run_graph(out, sig.item, [x])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    assert grouped_conv.optimize(out, sig.item) is out     # nothing left to do: the graph itself comes back
+
+
+def test_convert_runs_the_pass_and_can_be_told_not_to(grouped, tmp_path):
+    only = dict(signatures=["serving_default"], profile=False, engine=EngineOptions(enable_rules=[]))
+    rep = convert(grouped, str(tmp_path / "on"), Options(**only))
+    s = rep["signatures"]["serving_default"]
+    assert s["ops_after"].get("DepthwiseConv2dNative") == 1 and s["ops_after"].get("StatefulPartitionedCall") == 3
+    assert [p["name"] for p in s["passes"]][:2] == ["canonicalize", "grouped_conv"]
+    rep = convert(grouped, str(tmp_path / "off"), Options(grouped_conv=False, **only))
+    s = rep["signatures"]["serving_default"]
+    assert "DepthwiseConv2dNative" not in s["ops_after"] and s["ops_after"].get("StatefulPartitionedCall") == 4
