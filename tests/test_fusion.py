@@ -116,6 +116,37 @@ def test_extraction_picks_the_biasadd_a_swish_fuses_with():
     assert dag.dag_cost(g, {**base, 4: 5}) == pytest.approx(dag.dag_cost(g, {**base, 4: 4}) - saving)
 
 
+def gelu(contraction="MatMul", x=(8, 16), w=(16, 32), y=(8, 32), c=(), swap=False):
+    """x -> contraction -> BiasAdd (class 4) -> TF's exact GELU: Neg (5), Mul by c (6), Erfc (7), Mul by h (8), the
+    product (9); `swap` writes each Mul's operands the other way round."""
+    payload = SAME if contraction != "MatMul" else (0, 0)
+    o = (lambda a, b: (b, a)) if swap else (lambda a, b: (a, b))
+    nodes = [("Input", 0, (), ("x",)), ("Weight", 1, (), ("w",)), ("Weight", 2, (), ("b",)),
+             (contraction, 3, (0, 1), payload), ("BiasAdd", 4, (3, 2), ()), ("Weight", 10, (), ("c",)),
+             ("Weight", 11, (), ("h",)), ("Neg", 5, (4,), ()), ("Mul", 6, o(5, 10), ()), ("Erfc", 7, (6,), ()),
+             ("Mul", 8, o(4, 11), ()), ("Mul", 9, o(7, 8), ())]
+    shapes = {0: x, 1: w, 2: (y[-1],), 3: y, 10: c, 11: ()} | {k: y for k in range(4, 10)}
+    return egraph(nodes, shapes)
+
+
+def test_exact_gelu_joins_a_matmul_and_its_biasadd():
+    for swap in (False, True):
+        sites = fusion.fusion_sites(gelu(swap=swap))
+        assert {i: s.kind for i, s in sites.items() if s.kind == "gelu"} == {i: "gelu" for i in (7, 8, 9, 10, 11)}
+        assert sites[7] == fusion.Site("gelu", 4, frozenset({4}), frozenset({10}))     # Neg(y): Mul(y, h) too
+        assert sites[10] == fusion.Site("gelu", 4, frozenset({4}), frozenset({7}))
+        assert sites[9].producers == {8} and sites[11].producers == {9}              # Erfc after Mul, product
+    # a Conv2D's bias, or a non-scalar constant, is not the pattern
+    assert "gelu" not in fusion.fused_nodes(gelu("Conv2D", x=X, w=W, y=Y)).values()
+    assert "gelu" not in fusion.fused_nodes(gelu(c=(32,))).values()
+    # priced on the CPU (Device.fused_gelu), where the MatMul's own bias is not discounted; not on a GPU
+    costs, fused = analytic.priced(gelu())
+    plain = analytic.costs(gelu(), fusion=False)
+    assert all(costs[i] < plain[i] for i in (7, 8, 9, 10, 11)) and costs[4] == plain[4]
+    assert fused[7].partners == {10} and fused[10].partners == {7}
+    assert analytic.costs(gelu(), device=GPU) == analytic.costs(gelu(), device=GPU, fusion=False)
+
+
 def test_batchnorm_after_conv_but_not_after_depthwise():
     def bn(contraction, w):
         nodes = [("Input", 0, (), ("x",)), ("Weight", 1, (), ("w",))] + \
