@@ -139,7 +139,7 @@ def test_exact_gelu_joins_a_matmul_and_its_biasadd():
     # a Conv2D's bias, or a non-scalar constant, is not the pattern
     assert "gelu" not in fusion.fused_nodes(gelu("Conv2D", x=X, w=W, y=Y)).values()
     assert "gelu" not in fusion.fused_nodes(gelu(c=(32,))).values()
-    # priced on the CPU (Device.fused_gelu), where the MatMul's own bias is not discounted; not on a GPU
+    # priced on the CPU (Device.fused_activations), where the MatMul's own bias is not discounted; not on a GPU
     costs, fused = analytic.priced(gelu())
     plain = analytic.costs(gelu(), fusion=False)
     assert all(costs[i] < plain[i] for i in (7, 8, 9, 10, 11)) and costs[4] == plain[4]

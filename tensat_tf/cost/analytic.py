@@ -26,6 +26,7 @@ import math
 from typing import Optional, Sequence
 
 from tensat_tf import einsum, ops, terms
+from tensat_tf.cost.fusion import FUSED_ACTIVATIONS
 from tensat_tf.egraph.data import EGraphData, Fused
 from tensat_tf.egraph.export import Exported
 
@@ -58,8 +59,8 @@ class Device:
     broadcast_efficiency: float = 1.0
     # contractions whose bias / batch-norm / activation epilogue the runtime fuses AND runs faster (cost/fusion.py)
     fused_contractions: tuple[str, ...] = ()
-    # contractions whose BiasAdd TF's exact GELU joins in one kernel (cost/fusion.py)
-    fused_gelu: tuple[str, ...] = ()
+    # (activation, contractions whose BiasAdd it joins in one kernel) pairs: cost/fusion.py FUSED_ACTIVATIONS
+    fused_activations: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     def overhead_ms(self, term: str) -> float:
         return dict(self.overhead_us_by_term).get(term, self.op_overhead_us) * 1e-3
@@ -96,8 +97,8 @@ class Device:
 #     at C=256; Conv2D + AddV2([C]) fuses the same way. MatMul and depthwise epilogues fuse but are not faster
 #     (fusion.py has the numbers), so they stay priced as separate ops. Per-node overhead in the same runs (a [1]
 #     Relu, R=8 copies): 0.13-0.55 us, so op_overhead_us 0.3 stands.
-#   fused_gelu ("MatMul",): MatMul + BiasAdd + TF's exact GELU is one _MklNativeFusedMatMul, the GELU 22 us over the
-#     matmul + bias at [784,96]x[96,384] (fusion.py); Conv2D + BiasAdd + swish likewise (fusion.py SWISH).
+#   fused_activations: MatMul + BiasAdd + TF's exact GELU is one _MklNativeFusedMatMul, the GELU 22 us over the
+#     matmul + bias at [784,96]x[96,384]; Conv2D + BiasAdd + swish likewise (fusion.py SWISH). Numbers in fusion.py.
 # Large ops land within ~30 % of their measurement; sub-microsecond ops are as noisy as that between runs. The
 # measurements ran while other jobs shared the VM (fastest rounds kept); BENCHMARKS.md has whole-model sums.
 # `tensat_tf calibrate MODEL` prints the measured and the analytic sum of a model's op costs side by side.
@@ -107,7 +108,8 @@ CPU = Device(
                          ("Transpose", 3.7), ("MaxPool", 4.7), ("Conv2D", 5.5), ("DepthwiseConv2dNative", 8.3),
                          ("FusedBatchNormV3", 4.5), ("Einsum", 3.2)),
     flops_per_element_by_term=(("Tanh", 35.0), ("Sigmoid", 64.0)),
-    strided_copy_efficiency=0.5, broadcast_efficiency=0.3, fused_contractions=("Conv2D",), fused_gelu=("MatMul",))
+    strided_copy_efficiency=0.5, broadcast_efficiency=0.3, fused_contractions=("Conv2D",),
+    fused_activations=FUSED_ACTIVATIONS)
 
 # GPU devices: peak and bandwidth from the vendor datasheets, dense FP32 without tensor cores (the graphs are
 # float32): NVIDIA T4 datasheet, 8.1 TFLOPS FP32 and 320 GB/s GDDR6; NVIDIA H100 SXM5 datasheet, 67 TFLOPS FP32
@@ -338,13 +340,13 @@ def fusion_terms(exp: Exported, costs_ms: list[float], batch_size: int,
                  device: Device) -> tuple[list[float], dict[int, Fused]]:
     """(apply_fusion's costs, fused): for each node priced fused, what its fusion needs of the extracted program and
     what it costs more when that does not hold (its separate price less its fused one): EGraphData.fused."""
-    if not device.fused_contractions and not device.fused_gelu:
+    if not device.fused_contractions and not device.fused_activations:
         return costs_ms, {}
     from tensat_tf.cost import fusion
     const = constant_classes(exp.egraph)
     out = list(costs_ms)
     terms: dict[int, Fused] = {}
-    for i, site in sorted(fusion.fusion_sites(exp, device.fused_contractions, device.fused_gelu).items()):
+    for i, site in sorted(fusion.fusion_sites(exp, device.fused_contractions, device.fused_activations).items()):
         n = exp.egraph.nodes[i]
         if is_folded(n, const):
             continue

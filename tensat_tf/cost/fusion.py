@@ -18,34 +18,17 @@ with Grappler on and listing the kernels that ran (tensat_tf/cost/fusion_bench.p
          [1,28,28,64], 92 vs 101 at [1,7,7,256]; conv + bias alone 100, 81, 86. EfficientNetV2-B0's export has 23 of
          its 39 swishes after an AddV2 bias (equal in cost until now, so extraction kept the AddV2).
   gelu   TF's exact GELU, Mul(Erfc(Mul(Neg(y), c)), Mul(y, h)) with scalar c and h (tf.nn.gelu, either operand
-         order of each Mul), where y is a MatMul's BiasAdd: one _MklNativeFusedMatMul (the device's fused_gelu
+         order of each Mul), where y is a MatMul's BiasAdd: one _MklNativeFusedMatMul (Device.fused_activations
          contractions). Measured (one thread, fastest of 7 blocks of 30 runs; /tmp script): [784,96] x [96,384] +
          bias + GELU 641 us against 619 us for the matmul + bias alone, while unfused on ConvNeXt-Tiny ([3136,384])
          each GELU ran Erfc 65 us, Neg 19 us and three Muls. Keras' Dense on a rank-3/4 input puts a Reshape
          between the MatMul and its bias; rules F18/F19 (rules/tf_fold.rules) move the bias and the GELU before it.
          The five nodes are priced fused; Neg(y) and Mul(y, h) both read y (partners), the others read one node each.
-What it is worth, measured by fusion_bench (fastest of 7 interleaved blocks, R=8 copies, 1 thread, other jobs on the
-machine): a Conv2D's bias / bias + Relu epilogue costs 0 +- 1.5 us fused against 3.1-3.4 us as separate ops at
-[1,14,14,32], 7-8 us at C=128, 11-13 us at C=256. A MatMul's is NOT cheaper fused (_FusedMatMul epilogue 3.3-3.8 us
-vs 2.9-3.4 us separate at 196x32x32; 6.4 vs 6.6 at x128; with Tanh the fused kernel is slower: 5-7 vs 3-3.7 us, 95 vs
-17 us at x256), and the depthwise one is free at C=32/128 but 43 us slower at C=256. So only Conv2D is discounted
-(Device.fused_contractions; the mechanism takes any set). Conv2D + AddV2([C]) runs as the same fused kernel as
-Conv2D + BiasAdd, so the two forms cost the same and rule F05 (AddV2 -> BiasAdd) is neither rewarded nor penalised:
-that matches the measurement (conv+addv2 and conv+bias take the same time).
-
-Whether a node runs fused depends on the program extracted, not on the node: the remapper fuses a bias only into
-the contraction that computes its input (not the Split of a merged conv, nor a Mul kept in another e-node of the same
-class), and only when the bias is that contraction's one reader (likewise an activation and its bias). Each fused
-node therefore names the class it reads and the nodes there it fuses with (fusion_sites), and extraction adds back
-what the fusion saved whenever the chosen program breaks either condition (EGraphData.fused, extract/dag.py,
-extract/ilp.py). Before that, a per-node price could not tell them apart: MobileNetV3's hard-swish lost 18 fusions
-(a scalar folded into a second bias of the same convolution looked free on both biases), and Inception-ResNet-v2's
-conv merges were priced with their biases fused although they sit on a Split (measured 0.96x of no rules).
-
-Approximations (costs only steer extraction; the emitted graph is verified, so none of this can make it wrong):
-  - An activation is priced fused when its bias node is chosen, even if that bias itself is not fused.
-  - Matching dtypes and the remapper's other checks are not modelled.
-  - GPU devices fuse nothing here: the GPU remapper fuses a different set and nothing was measured there.
+  Not priced: Keras' hard swish, relu6(3 + y) * (1/6 * y), on a (depthwise) conv's BiasAdd. In a plain graph TF's
+         remapper fuses it (BiasAdd, _FusedHardSwish; 155 against 271 us per copy at [1,56,56,72]), but inside a
+         SavedModel's function body, as served, it stays four ops (checked on a one-layer SavedModel and on
+         MobileNetV3-Large's rewritten graph: no fewer Relu6 kernels, latency unchanged), so pricing it would only
+         steer extraction away from the cheaper form that folds the 1/6 into the next convolution.
 """
 from __future__ import annotations
 
@@ -59,7 +42,8 @@ CONTRACTIONS = frozenset({"Conv2D", "DepthwiseConv2dNative", "MatMul"})
 ACTIVATIONS = {"Relu": CONTRACTIONS, "ReluSix": CONTRACTIONS,
                "Tanh": frozenset({"MatMul"}), "Sigmoid": frozenset({"MatMul"})}
 SWISH = frozenset({"Conv2D"})       # contractions whose BiasAdd a swish joins
-GELU = frozenset({"MatMul"})        # contractions whose BiasAdd TF's exact GELU joins (Device.fused_gelu)
+# activation -> contractions whose BiasAdd it joins in one kernel (Device.fused_activations)
+FUSED_ACTIVATIONS = (("gelu", ("MatMul",)),)
 # activations that also join a Conv2D + FusedBatchNormV3: the two measured (the remapper excludes Sigmoid; Tanh there
 # was not checked, so it is not discounted)
 BN_ACTIVATIONS = frozenset({"Relu", "ReluSix"})
@@ -76,10 +60,10 @@ def _bias_shaped(contraction: str, out: Optional[Sequence[int]], bias: Optional[
     return len(bias) <= len(out) and all(d == 1 for d in bias[:-1])
 
 
-def fused_nodes(exp: Exported, contractions=CONTRACTIONS, gelu=GELU) -> dict[int, str]:
+def fused_nodes(exp: Exported, contractions=CONTRACTIONS, activations=FUSED_ACTIVATIONS) -> dict[int, str]:
     """node index -> 'bias' | 'bn' | 'act' | 'swish' | 'gelu' for every e-node that runs as the epilogue of a fused contraction, the
     contractions limited to `contractions` (the ones whose fusion pays on the device: Device)."""
-    return {i: site.kind for i, site in fusion_sites(exp, contractions, gelu).items()}
+    return {i: site.kind for i, site in fusion_sites(exp, contractions, activations).items()}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,7 +74,7 @@ class Site:
     partners: frozenset[int] = frozenset()      # other nodes of the same epilogue that read `reads` too
 
 
-def fusion_sites(exp: Exported, contractions=CONTRACTIONS, gelu=GELU) -> dict[int, Site]:
+def fusion_sites(exp: Exported, contractions=CONTRACTIONS, activations=FUSED_ACTIVATIONS) -> dict[int, Site]:
     """node index -> Site for every fused epilogue node (see fused_nodes). The remapper fuses it only when `reads` is
     computed by one of `producers` and the node is its only reader: which depends on the extracted program, not on
     the e-graph, so extraction prices it (egraph/data.py EGraphData.fused). An activation is not checked against
@@ -135,43 +119,63 @@ def fusion_sites(exp: Exported, contractions=CONTRACTIONS, gelu=GELU) -> dict[in
         if producers:
             fused[i] = Site("act", c, frozenset(producers))
     _swish_sites(g, epilogue, fused)
-    _gelu_sites(exp, gelu, fused)
+    kinds = dict(activations)
+    if kinds:
+        view = _View(exp)
+        _gelu_sites(view, kinds.get("gelu", ()), fused)
     return fused
 
 
-def _gelu_sites(exp: Exported, gelu, fused: dict) -> None:
-    """Add the five nodes of every exact GELU whose input a BiasAdd on a `gelu` contraction computes (module
+class _View:
+    """What the activation patterns look up: nodes by op and class, scalar classes, BiasAdds by contraction."""
+
+    def __init__(self, exp: Exported):
+        self.g = exp.egraph
+        self.shapes = exp.shapes
+        self.by_op: dict[str, dict[int, list[int]]] = {}     # op -> class -> its nodes
+        for i, n in enumerate(self.g.nodes):
+            self.by_op.setdefault(n.op, {}).setdefault(n.eclass, []).append(i)
+
+    def nodes(self, op: str, cls: Optional[int]) -> list[int]:
+        return self.by_op.get(op, {}).get(cls, []) if cls is not None else []
+
+    def scalar(self, c: int) -> bool:
+        return self.shapes.get(c) == ()
+
+    def scaled(self, i: int) -> Optional[int]:
+        """The class that binary node i combines with a scalar, or None."""
+        a, b = self.g.nodes[i].children
+        return a if self.scalar(b) and not self.scalar(a) else b if self.scalar(a) and not self.scalar(b) else None
+
+    def biases(self, contractions) -> dict[int, frozenset[int]]:
+        """class y -> its BiasAdd nodes whose input class holds one of `contractions`."""
+        under = {n.eclass for n in self.g.nodes if n.op in contractions}
+        out: dict[int, set[int]] = {}
+        for i, n in enumerate(self.g.nodes):
+            if n.op == "BiasAdd" and len(n.children) == 2 and n.children[0] in under:
+                out.setdefault(n.eclass, set()).add(i)
+        return {c: frozenset(v) for c, v in out.items()}
+
+    def binary(self, op: str) -> list[int]:
+        return [i for i, n in enumerate(self.g.nodes) if n.op == op and len(n.children) == 2]
+
+
+def _gelu_sites(v: _View, contractions, fused: dict) -> None:
+    """Add the five nodes of every exact GELU whose input a BiasAdd on one of `contractions` computes (module
     docstring)."""
-    g = exp.egraph
-    if not gelu:
+    if not contractions:
         return
-    under = {n.eclass for n in g.nodes if n.op in gelu}
-    biases: dict[int, set[int]] = {}                 # class y -> its BiasAdd nodes on a gelu contraction
-    for i, n in enumerate(g.nodes):
-        if n.op == "BiasAdd" and len(n.children) == 2 and n.children[0] in under:
-            biases.setdefault(n.eclass, set()).add(i)
-
-    def scalar(c: int) -> bool:
-        return exp.shapes.get(c) == ()
-
-    by_op: dict[str, dict[int, list[int]]] = {}      # op -> class -> its nodes
-    for i, n in enumerate(g.nodes):
-        by_op.setdefault(n.op, {}).setdefault(n.eclass, []).append(i)
-
-    def scaled(i: int) -> Optional[int]:
-        """The class Mul node i scales by a scalar, or None."""
-        a, b = g.nodes[i].children
-        return a if scalar(b) and not scalar(a) else b if scalar(a) and not scalar(b) else None
-
-    for m3 in [i for i, n in enumerate(g.nodes) if n.op == "Mul" and len(n.children) == 2]:
+    g = v.g
+    biases = v.biases(contractions)
+    for m3 in v.binary("Mul"):
         for e_cls, h_cls in (g.nodes[m3].children, g.nodes[m3].children[::-1]):
-            for e in by_op.get("Erfc", {}).get(e_cls, []):
-                for m1 in by_op.get("Mul", {}).get(g.nodes[e].children[0], []):
-                    neg_cls = scaled(m1)
-                    for n1 in by_op.get("Neg", {}).get(neg_cls, []) if neg_cls is not None else []:
+            for e in v.nodes("Erfc", e_cls):
+                for m1 in v.nodes("Mul", g.nodes[e].children[0]):
+                    neg_cls = v.scaled(m1)
+                    for n1 in v.nodes("Neg", neg_cls):
                         y = g.nodes[n1].children[0]
-                        producers = frozenset(biases.get(y, ()))
-                        m2s = [j for j in by_op.get("Mul", {}).get(h_cls, []) if scaled(j) == y]
+                        producers = biases.get(y, frozenset())
+                        m2s = [j for j in v.nodes("Mul", h_cls) if v.scaled(j) == y]
                         if not producers or not m2s:
                             continue
                         for j in m2s:
