@@ -195,6 +195,25 @@ def test_interrupt_before_the_command_runs_is_one_line(tmp_path, delay):
     assert not os.path.exists(tmp_path / "out")
 
 
+def test_a_signal_during_the_import_of_save_is_an_interrupt(monkeypatch):
+    """A signal that lands while tensat_tf.io.save is being imported (the module exists, committing() not yet): the
+    handler asks to stop and raises KeyboardInterrupt; it once raised AttributeError ("internal error")."""
+    import signal
+    import types
+    from tensat_tf import interrupt
+    from tensat_tf.cli import main as cli_main
+    monkeypatch.setitem(sys.modules, "tensat_tf.io.save", types.ModuleType("tensat_tf.io.save"))
+    monkeypatch.setattr(interrupt, "_requested", False)
+    saved = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            cli_main._on_signal(signal.SIGINT, None)
+        assert interrupt.requested()
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+
+
 def test_an_error_caused_by_an_interrupt_is_reported_as_the_interrupt(monkeypatch, capsys):
     """Native code turns a KeyboardInterrupt into another exception (pybind: "ImportError: initialization failed");
     once the user asked to stop, the CLI reports the interrupt, not an internal error."""

@@ -59,8 +59,10 @@ _held: list[int] = []       # signals that arrived while publishing
 
 
 def _on_signal(signum, frame) -> None:
-    save = sys.modules.get("tensat_tf.io.save")      # never import in a handler: only look
-    if save is not None and save.committing():
+    # never import in a handler: only look. A signal can land while tensat_tf.io.save is itself being imported, before
+    # it defines committing(): then nothing is being published (an AttributeError here became "internal error")
+    committing = getattr(sys.modules.get("tensat_tf.io.save"), "committing", None)
+    if committing is not None and committing():
         _held.append(signum)                         # publishing: let the command finish
         return
     for sig in (signal.SIGINT, signal.SIGTERM):
