@@ -25,8 +25,8 @@ Two entry points:
   - `decide(paths, signature, batch_sizes, threads, ...)`: is subject 1 faster than subject 0 in every setting
     (batch size x thread setting)? Blocks are added while the paired decision (tensat_tf/speedup.py) is undecided,
     at fixed looks (n0, 2 n0, 4 n0 blocks) and within a time budget; a pair of workers (both load orders) per
-    thread setting, each look run by one then the other, the next setting skipped once a setting is "slower". All intervals of one decision share one error budget (Bonferroni over
-    settings x looks), so a candidate that is not faster is kept on a false "faster" with probability below
+    thread setting, each look run by one then the other, the next setting skipped once a setting is "slower". All
+    intervals of one decision share one error budget (Bonferroni over settings x looks), so a candidate that is not faster is kept on a false "faster" with probability below
     1 - level, whatever the number of settings.
 """
 from __future__ import annotations
@@ -361,6 +361,12 @@ def geometric_blocks(a: Sequence[float], b: Sequence[float]) -> list:
     return [round(math.sqrt(x * y), 5) for x, y in zip(a, b)]
 
 
+def balanced(first: list, second: list, sizes: Sequence[int]) -> list:
+    """Every subject's Latency json from the two workers' lists: `second` is in the reversed load order
+    (reverse_groups), so it is mapped back before each subject is `balance`d."""
+    return [balance(a, b) for a, b in zip(first, reverse_groups(second, sizes))]
+
+
 def balance(a: dict, b: dict) -> dict:
     """One subject's Latency json from its two workers (load orders): geometric means of the block medians
     (geometric_blocks), of p10 and of p90; the compile time's mean."""
@@ -410,7 +416,7 @@ def measure(paths: Sequence[str], signature: str, batch_size: int = 1, xla: bool
     second = run_worker("tensat_tf.latency", dict(request, paths=paths[::-1], onnx=onnx[::-1]), timeout_s, what)
     for key in ("tf", "xla", "onnxruntime"):
         if key in first:
-            first[key] = [balance(x, y) for x, y in zip(first[key], second[key][::-1])]
+            first[key] = balanced(first[key], second[key], [len(first[key])])
     return first
 
 
@@ -448,13 +454,11 @@ def decide(paths: Sequence[str], signature: str, batch_sizes: Sequence[int], thr
     deadline = time.monotonic() + timeout_s
     paths, onnx = [os.path.abspath(p) for p in paths], [os.path.abspath(p) for p in onnx]
     sizes = [len(paths), len(onnx)]
-    orders = [[0, 1], reverse_groups([0, 1], sizes)] if reorders(sizes) else [[0, 1]]
+    orders = [(paths, onnx), (paths[::-1], onnx[::-1])] if reorders(sizes) else [(paths, onnx)]
     # a pair of workers per thread setting (both load orders), all started (TF import, model loading) at once; they
     # measure one after another
-    workers = [[_Worker({"paths": [paths[i] for i in order if i < len(paths)],
-                         "onnx": [onnx[i - len(paths)] for i in order if i >= len(paths)],
-                         "spec_path": os.path.abspath(spec_path) if spec_path else None, "signature": signature,
-                         "batch_sizes": batch_sizes, "threads": t}) for order in orders]
+    workers = [[_Worker({"paths": p, "onnx": o, "spec_path": os.path.abspath(spec_path) if spec_path else None,
+                         "signature": signature, "batch_sizes": batch_sizes, "threads": t}) for p, o in orders]
                for t in threads]
     try:
         ready = [w.receive(deadline) for pair in workers for w in pair]      # {"ready": true, "device"}
@@ -463,7 +467,7 @@ def decide(paths: Sequence[str], signature: str, batch_sizes: Sequence[int], thr
             if speedup.SLOWER in verdicts.values():
                 continue                        # the candidate loses somewhere: other settings cannot save it
             budget = max(0.0, seconds - spent) / (len(threads) - i) / len(pair)
-            r = _looks(pair, orders, plan, budget, margin, lv, deadline)
+            r = _looks(pair, sizes, plan, budget, margin, lv, deadline)
             spent += r["seconds"]
             _collect(out, verdicts, r, t)
     finally:
@@ -477,11 +481,13 @@ def decide(paths: Sequence[str], signature: str, batch_sizes: Sequence[int], thr
     return out
 
 
-def _looks(pair: list, orders: list, plan: list, budget: float, margin: float, level: float, deadline: float) -> dict:
+def _looks(pair: list, sizes: Sequence[int], plan: list, budget: float, margin: float, level: float,
+           deadline: float) -> dict:
     """One thread setting of decide(): at each look, the first worker runs blocks up to the look (within `budget`
-    measuring seconds in all), the second as many; the decision is taken on their balanced blocks. -> the setting's
-    {"seconds", "stopped", "blocks", "settings": [{"batch_size", "runs", "latency", "decisions"}]}."""
-    seconds, stopped, replies = 0.0, "looks", []
+    measuring seconds in all), the second (if any: the reversed load order of runtimes of `sizes` subjects) as many;
+    the decision is taken on their balanced blocks. -> the setting's {"seconds", "stopped", "blocks", "settings":
+    [{"batch_size", "runs", "latency", "decisions"}]}."""
+    stopped = "looks"
     for target in plan:
         replies = []
         for w in pair:
@@ -490,9 +496,8 @@ def _looks(pair: list, orders: list, plan: list, budget: float, margin: float, l
         settings = []
         for k, s in enumerate(replies[0]["settings"]):
             lat = s["latency"]
-            if len(replies) > 1:        # the second worker's subjects back in the subjects' order, then balanced
-                other = replies[1]["settings"][k]["latency"]
-                lat = [balance(lat[i], other[orders[1].index(i)]) for i in range(len(lat))]
+            if len(replies) > 1:
+                lat = balanced(lat, replies[1]["settings"][k]["latency"], sizes)
             d = speedup.compare(lat[0]["block_medians"], lat[1]["block_medians"], margin, level)
             settings.append({"batch_size": s["batch_size"], "runs": s["runs"], "latency": lat,
                              "decisions": [d.to_json()]})
@@ -502,8 +507,7 @@ def _looks(pair: list, orders: list, plan: list, budget: float, margin: float, l
         if speedup.settled([s["decisions"][0]["verdict"] for s in settings]):
             stopped = "settled"
             break
-    seconds = sum(r["seconds"] for r in replies)
-    return {"seconds": seconds, "stopped": stopped, "blocks": min(r["blocks"] for r in replies),
+    return {"seconds": sum(r["seconds"] for r in replies), "stopped": stopped, "blocks": min(r["blocks"] for r in replies),
             "settings": settings}
 
 

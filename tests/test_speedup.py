@@ -115,7 +115,7 @@ class _InProcess:
 def _run_decide(fns, seconds=5.0, batches=(1, 4)):
     """One thread setting of latency.decide (its looks and stops, latency._looks) on one in-process worker."""
     blocks = latency.Blocks({"batch_sizes": list(batches), "warmup": 2, "runs": 10}, lambda b: b, lambda feeds: fns)
-    return latency._looks([_InProcess(blocks)], [[0, 1]], [12, 24, 48], seconds, 0.01,
+    return latency._looks([_InProcess(blocks)], [2, 0], [12, 24, 48], seconds, 0.01,
                           speedup.per_test_level(0.99, 6), float("inf"))
 
 
