@@ -300,7 +300,7 @@ _SPECS = [
     OpSpec("Sigmoid", "Sigmoid", shape_rules=_same_shape("Sigmoid", 1)),
     OpSpec("Rsqrt", "Rsqrt", shape_rules=_same_shape("Rsqrt", 1)),
     OpSpec("Tanh", "Tanh", shape_rules=_same_shape("Tanh", 1)),
-    # TF's exact GELU (tf.nn.gelu, Keras 3's default): 0.5 * x * erfc(-x * 0.7071...), rules/tf_fold.rules F17
+    # TF's exact GELU (tf.nn.gelu, Keras 3's default): 0.5 * x * erfc(-x * 0.7071...), rules/tf_fold.rules F19
     OpSpec("Neg", "Neg", shape_rules=_same_shape("Neg", 1)),
     OpSpec("Erfc", "Erfc", shape_rules=_same_shape("Erfc", 1)),
     OpSpec("ConcatV2", "ConcatV2", const_inputs=(ConstInput(-1, "axis", "int"),), n_tensor_inputs=2, variadic=True,

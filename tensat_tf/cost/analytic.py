@@ -98,7 +98,7 @@ class Device:
 #     (fusion.py has the numbers), so they stay priced as separate ops. Per-node overhead in the same runs (a [1]
 #     Relu, R=8 copies): 0.13-0.55 us, so op_overhead_us 0.3 stands.
 #   fused_activations: MatMul + BiasAdd + TF's exact GELU is one _MklNativeFusedMatMul, the GELU 22 us over the
-#     matmul + bias at [784,96]x[96,384]; Conv2D + BiasAdd + swish likewise (fusion.py SWISH). Numbers in fusion.py.
+#     matmul + bias at [784,96]x[96,384]; Conv2D + BiasAdd + swish likewise. Numbers in fusion.py.
 # Large ops land within ~30 % of their measurement; sub-microsecond ops are as noisy as that between runs. The
 # measurements ran while other jobs shared the VM (fastest rounds kept); BENCHMARKS.md has whole-model sums.
 # `tensat_tf calibrate MODEL` prints the measured and the analytic sum of a model's op costs side by side.

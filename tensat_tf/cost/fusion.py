@@ -41,9 +41,8 @@ CONTRACTIONS = frozenset({"Conv2D", "DepthwiseConv2dNative", "MatMul"})
 # activation term -> contractions whose fused bias it joins (remapper's FindContractionWithBiasAndActivation)
 ACTIVATIONS = {"Relu": CONTRACTIONS, "ReluSix": CONTRACTIONS,
                "Tanh": frozenset({"MatMul"}), "Sigmoid": frozenset({"MatMul"})}
-SWISH = frozenset({"Conv2D"})       # contractions whose BiasAdd a swish joins
 # activation -> contractions whose BiasAdd it joins in one kernel (Device.fused_activations)
-FUSED_ACTIVATIONS = (("gelu", ("MatMul",)),)
+FUSED_ACTIVATIONS = (("swish", ("Conv2D",)), ("gelu", ("MatMul",)))
 # activations that also join a Conv2D + FusedBatchNormV3: the two measured (the remapper excludes Sigmoid; Tanh there
 # was not checked, so it is not discounted)
 BN_ACTIVATIONS = frozenset({"Relu", "ReluSix"})
@@ -61,8 +60,9 @@ def _bias_shaped(contraction: str, out: Optional[Sequence[int]], bias: Optional[
 
 
 def fused_nodes(exp: Exported, contractions=CONTRACTIONS, activations=FUSED_ACTIVATIONS) -> dict[int, str]:
-    """node index -> 'bias' | 'bn' | 'act' | 'swish' | 'gelu' for every e-node that runs as the epilogue of a fused contraction, the
-    contractions limited to `contractions` (the ones whose fusion pays on the device: Device)."""
+    """node index -> 'bias' | 'bn' | 'act' | 'swish' | 'gelu' for every e-node that runs as the epilogue of a fused
+    contraction, the contractions limited to `contractions` and `activations` (the ones whose fusion pays on the
+    device: Device)."""
     return {i: site.kind for i, site in fusion_sites(exp, contractions, activations).items()}
 
 
@@ -118,10 +118,10 @@ def fusion_sites(exp: Exported, contractions=CONTRACTIONS, activations=FUSED_ACT
             producers |= bn_out.get(c, set())
         if producers:
             fused[i] = Site("act", c, frozenset(producers))
-    _swish_sites(g, epilogue, fused)
     kinds = dict(activations)
     if kinds:
         view = _View(exp)
+        _swish_sites(view, kinds.get("swish", ()), fused)
         _gelu_sites(view, kinds.get("gelu", ()), fused)
     return fused
 
@@ -186,25 +186,20 @@ def _gelu_sites(v: _View, contractions, fused: dict) -> None:
                         fused[m3] = Site("gelu", e_cls, frozenset({e}))
 
 
-def _swish_sites(g, epilogue: dict, fused: dict) -> None:
-    """Add the Sigmoid and Mul nodes of every swish Mul(y, Sigmoid(y)) whose y a fused BiasAdd on a SWISH contraction
+def _swish_sites(v: _View, contractions, fused: dict) -> None:
+    """Add the Sigmoid and Mul nodes of every swish Mul(y, Sigmoid(y)) whose y a BiasAdd on one of `contractions`
     computes (module docstring)."""
-    sigmoids: dict[int, dict[int, set[int]]] = {}    # class -> input class y -> its Sigmoid(y) nodes
-    for i, n in enumerate(g.nodes):
-        if n.op == "Sigmoid" and len(n.children) == 1:
-            sigmoids.setdefault(n.eclass, {}).setdefault(n.children[0], set()).add(i)
-    muls: dict[int, set[int]] = {}                   # Sigmoid node -> the swish Mul nodes that read it
-    for i, n in enumerate(g.nodes):
-        if n.op != "Mul" or len(n.children) != 2:
-            continue
-        for y, s in (n.children, n.children[::-1]):
-            sig = sigmoids.get(s, {}).get(y)
-            producers = frozenset(j for j, kinds in epilogue.get(y, {}).items()
-                                  if g.nodes[j].op == "BiasAdd" and kinds & SWISH)
-            if sig and producers:
-                fused[i] = Site("swish", y, producers, frozenset(sig))
-                for j in sig:
-                    muls.setdefault(j, set()).add(i)
-                break
-    for j, partners in muls.items():
-        fused[j] = Site("swish", g.nodes[j].children[0], fused[min(partners)].producers, frozenset(partners))
+    if not contractions:
+        return
+    biases = v.biases(contractions)
+    for m in v.binary("Mul"):
+        for y, s_cls in (v.g.nodes[m].children, v.g.nodes[m].children[::-1]):
+            sigmoids = [j for j in v.nodes("Sigmoid", s_cls) if v.g.nodes[j].children == (y,)]
+            producers = biases.get(y)
+            if not sigmoids or not producers:
+                continue
+            fused[m] = Site("swish", y, producers, frozenset(sigmoids))
+            for j in sigmoids:
+                partners = fused[j].partners if j in fused and fused[j].kind == "swish" else frozenset()
+                fused[j] = Site("swish", y, producers, partners | {m})
+            break

@@ -9,8 +9,9 @@ Model, on the reduced e-graph (reduce.py):
                                                             and it makes the per-class-edge order rows below valid
   fused (EGraphData.fused: node i costs e_i more unless class k = reads(i) is computed by one of producers(i)
              and i is its only reader, partners(i) aside): a column 0 <= p_i <= 1 of cost e_i, p_i >= x_i + x_m - 1
-             for every other node m with child k, not a partner (p_i >= x_i when k is a root), and p_i >= x_i - sum_{j in producers(i)} x_j: p_i is
-             1 exactly when the program pays the extra, as dag.dag_cost counts
+             for every other node m with child k, not a partner (p_i >= x_i when k is a root), and
+             p_i >= x_i - sum_{j in producers(i)} x_j: p_i is 1 exactly when the program pays the extra, as
+             dag.dag_cost counts
 Acyclicity, two ways (chosen by measurement, see BENCHMARKS.md):
   "order": a real t_c per class, only for classes on a cycle of the e-graph (a strongly connected component, SCC):
            t_c - t_k >= 1 - M (1 - sum_{i in c, k in kids(i)} x_i)  for each class edge c->k inside one SCC,
