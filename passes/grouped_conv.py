@@ -28,6 +28,8 @@ from typing import Optional
 import numpy as np
 import tensorflow as tf
 
+from tensat_tf import ops, symbolic
+from tensat_tf.egraph import nodedef
 from tensat_tf.item import GrapplerItem, node_name
 
 name = "grouped_conv"
@@ -95,26 +97,22 @@ def _depthwise(call, conv, data_ref: str, filt: np.ndarray, channels: int, filte
     const = tf.compat.v1.NodeDef(name=filter_name, op="Const")
     const.attr["dtype"].type = tf.float32.as_datatype_enum
     const.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(filt.reshape(kh, kw, channels, m_total // channels)))
-    dw = tf.compat.v1.NodeDef(name=call.name, op="DepthwiseConv2dNative", device=call.device)
-    dw.input.extend([data_ref, filter_name] + [i for i in call.input if i.startswith("^")])
-    dw.attr["T"].type = tf.float32.as_datatype_enum
-    dw.attr["strides"].list.i.extend(strides)
-    dw.attr["padding"].s = padding.encode()
-    dw.attr["dilations"].list.i.extend(dilations)
-    dw.attr["data_format"].s = b"NHWC"
+    # the emitter's own builder (attributes as the e-graph's DepthwiseConv2dNative term writes them)
+    dw, _ = nodedef.build(ops.BY_TERM["DepthwiseConv2dNative"], (tuple(strides), padding, tuple(dilations)),
+                          call.name, [data_ref, filter_name], tf.float32)
+    dw.device = call.device
+    dw.input.extend(i for i in call.input if i.startswith("^"))
     return const, dw
 
 
 def _channels(graph_def, refs: list) -> dict:
-    """ref -> its static last dim (None when unknown), from TF's shape inference on the graph."""
-    g = tf.Graph()
-    with g.as_default():
-        tf.graph_util.import_graph_def(graph_def, name="")
+    """ref -> its static last dim (None when unknown or not rank 4), from TF's shape inference on the graph without
+    its weights (symbolic.tf_inferred)."""
+    _, shapes = symbolic.tf_inferred(graph_def)
     out = {}
     for ref in refs:
-        t = g.get_tensor_by_name(ref if ":" in ref else ref + ":0")
-        dims = t.shape.as_list() if t.shape.rank is not None else None
-        out[ref] = dims[-1] if dims and len(dims) == 4 else None
+        dims = shapes.get(symbolic.tensor_ref(ref))
+        out[ref] = dims[-1] if dims is not None and len(dims) == 4 and dims[-1] >= 0 else None
     return out
 
 
