@@ -43,10 +43,11 @@ def test_conv_bias_relu_costs_only_the_epilogue():
 
 
 def test_bias_semantic_addv2_is_fused_like_a_biasadd():
-    """oneDNN's remapper turns Conv2D + AddV2([C] or [1,1,1,C]) into the same _FusedConv2D: both forms cost the same,
-    so the F05 rewrite (AddV2 -> BiasAdd) is neither rewarded nor penalised."""
+    """oneDNN's remapper turns Conv2D + AddV2([C] or [1,1,1,C]) into the same _FusedConv2D: both forms cost the same
+    but for the hazard's tie-break (fusion.HAZARD_MS), which the F05 rewrite (AddV2 -> BiasAdd) gains."""
     for shape in ((32,), (1, 1, 1, 32)):
-        assert analytic.costs(chain(bias_op="AddV2", bias_shape=shape)) == analytic.costs(chain())
+        add, bias = analytic.costs(chain(bias_op="AddV2", bias_shape=shape)), analytic.costs(chain())
+        assert add[4] == pytest.approx(bias[4] + fusion.HAZARD_MS) and add[:4] + add[5:] == bias[:4] + bias[5:]
     # a residual add (same shape) and a non-channel broadcast are not biases
     assert fusion.fused_nodes(chain(bias_op="AddV2", bias_shape=Y)) == {}
     assert fusion.fused_nodes(chain(bias_op="AddV2", bias_shape=(1, 14, 1, 32))) == {}
@@ -112,8 +113,24 @@ def test_extraction_picks_the_biasadd_a_swish_fuses_with():
     base = {0: 0, 1: 1, 2: 2, 3: 3, 5: 6, 6: 7}
     plain = analytic.costs(exp, fusion=False)
     saving = sum(plain[i] - costs[i] for i in (6, 7))
-    assert saving > 0 and costs[4] == costs[5]              # the two bias forms alone: the same fused kernel
-    assert dag.dag_cost(g, {**base, 4: 5}) == pytest.approx(dag.dag_cost(g, {**base, 4: 4}) - saving)
+    assert saving > 0 and costs[4] == pytest.approx(costs[5] + fusion.HAZARD_MS)   # the same kernel (the hazard)
+    assert dag.dag_cost(g, {**base, 4: 5}) == pytest.approx(dag.dag_cost(g, {**base, 4: 4}) - saving - fusion.HAZARD_MS)
+
+
+def test_a_bias_semantic_addv2_on_a_contraction_is_a_hazard_the_biasadd_is_not():
+    """TF's remapper failed on a depthwise conv's AddV2 bias on MobileNetV3-Large (fusion.py, "Hazard"): every
+    contraction's bias-semantic AddV2 costs HAZARD_MS more, so extraction takes the BiasAdd of the same class; a
+    residual add (same shape) or an AddV2 on anything else is not a hazard, and a GPU prices none."""
+    dw = dict(contraction="DepthwiseConv2dNative", w=(3, 3, 16, 2), act="ReluSix")
+    for kw in ({}, dw, dict(contraction="MatMul", x=(8, 16), w=(16, 32), y=(8, 32))):
+        assert fusion.remapper_hazards(chain(bias_op="AddV2", **kw)) == {4}
+        assert fusion.remapper_hazards(chain(**kw)) == set()
+    assert fusion.remapper_hazards(chain(bias_op="AddV2", bias_shape=Y)) == set()
+    relu_bias = [("Input", 0, (), ("x",)), ("Weight", 2, (), ("b",)), ("Relu", 1, (0,), ()), ("AddV2", 3, (1, 2), ())]
+    assert fusion.remapper_hazards(egraph(relu_bias, {0: Y, 1: Y, 2: B, 3: Y})) == set()
+    plain_dw = analytic.costs(chain(**dw)), analytic.costs(chain(bias_op="AddV2", **dw))
+    assert plain_dw[1][4] == pytest.approx(plain_dw[0][4] + fusion.HAZARD_MS)
+    assert analytic.costs(chain(bias_op="AddV2", **dw), device=GPU) == analytic.costs(chain(**dw), device=GPU)
 
 
 def gelu(contraction="MatMul", x=(8, 16), w=(16, 32), y=(8, 32), c=(), swap=False):

@@ -360,9 +360,16 @@ def fusion_terms(exp: Exported, costs_ms: list[float], batch_size: int,
 def costs(exp: Exported, batch_size: int = 1, device: Device = CPU, fusion: bool = True) -> list[float]:
     """One cost (ms) per e-node of exp.egraph, index-aligned with exp.egraph.nodes.
 
-    fusion: price the epilogues the runtime fuses into contractions (those of device.fused_contractions).
+    fusion: price the epilogues the runtime fuses into contractions (those of device.fused_contractions). Either
+    way a form TF's remapper fails on costs fusion.HAZARD_MS more (with_hazards).
     """
     device = device_named(device)
+    out = _node_costs(exp, batch_size, device)
+    return with_hazards(exp, apply_fusion(exp, out, batch_size, device) if fusion else out, device)
+
+
+def _node_costs(exp: Exported, batch_size: int, device: Device) -> list[float]:
+    """Each e-node priced alone (node_cost)."""
     const = constant_classes(exp.egraph)
     out = []
     for i, n in enumerate(exp.egraph.nodes):
@@ -374,12 +381,25 @@ def costs(exp: Exported, batch_size: int = 1, device: Device = CPU, fusion: bool
             continue
         in_shapes, out_shape = node_shapes(exp, i, batch_size)
         out.append(node_cost(n.op, n.payload, in_shapes, out_shape, batch_size, device))
-    return apply_fusion(exp, out, batch_size, device) if fusion else out
+    return out
+
+
+def with_hazards(exp: Exported, costs_ms: list[float], device: Device) -> list[float]:
+    """costs_ms with fusion.HAZARD_MS added to every form TF's remapper fails on (fusion.remapper_hazards), on a
+    device where the remapper's fusions are priced (the CPU)."""
+    if not device.fused_contractions:
+        return costs_ms
+    from tensat_tf.cost import fusion
+    out = list(costs_ms)
+    for i in fusion.remapper_hazards(exp):
+        out[i] += fusion.HAZARD_MS
+    return out
 
 
 def priced(exp: Exported, batch_size: int = 1,
            device: Device = CPU) -> tuple[list[float], dict[int, Fused]]:
     """costs() and the terms of its fused nodes (fusion_terms): what extraction needs."""
     device = device_named(device)
-    return fusion_terms(exp, costs(exp, batch_size, device, fusion=False), batch_size, device)
+    out, fused = fusion_terms(exp, _node_costs(exp, batch_size, device), batch_size, device)
+    return with_hazards(exp, out, device), fused
 

@@ -29,6 +29,18 @@ with Grappler on and listing the kernels that ran (tensat_tf/cost/fusion_bench.p
          SavedModel's function body, as served, it stays four ops (checked on a one-layer SavedModel and on
          MobileNetV3-Large's rewritten graph: no fewer Relu6 kernels, latency unchanged), so pricing it would only
          steer extraction away from the cheaper form that folds the 1/6 into the next convolution.
+  Hazard: a bias-semantic AddV2 on a contraction, where a BiasAdd would do. On MobileNetV3-Large's rewritten graph
+         (a depthwise conv's folded BatchNorm left as AddV2(conv, bias), then Keras' hard swish, the squeeze-excite
+         Mean and its Conv2D + BiasAdd) TF's remapper failed ("Mutation::Apply error: fanout 'activation_16_1/mul'
+         exist for missing node 'DepthwiseConv2dNative_12'"), so a served model runs with none of its fusions and the
+         pass had to keep its input (tensat_tf/grappler.py). The failure depends on the order of node names: on the
+         17-node subgraph cut from that graph (random weights, /tmp script), with Keras' names for the activation the
+         AddV2 form failed whenever the conv's name sorted after them (as the emitter's tensat/... names do), the
+         BiasAdd form under all nine namings tried of the conv and the bias; with all 17 names random the BiasAdd
+         form failed too (11 of 20). So a BiasAdd lowers the risk, it does not remove it: the Grappler check stays
+         the guard. Both forms cost the same otherwise (rule F05 puts them in one class), so remapper_hazards marks
+         the AddV2s and the cost model adds HAZARD_MS to each: extraction takes the BiasAdd. Both MobileNetV3s then
+         pass the check.
 """
 from __future__ import annotations
 
@@ -46,6 +58,9 @@ FUSED_ACTIVATIONS = (("swish", ("Conv2D",)), ("gelu", ("MatMul",)))
 # activations that also join a Conv2D + FusedBatchNormV3: the two measured (the remapper excludes Sigmoid; Tanh there
 # was not checked, so it is not discounted)
 BN_ACTIVATIONS = frozenset({"Relu", "ReluSix"})
+# what a hazard (module docstring) costs more: a tie-break between forms of equal cost (on both MobileNetV3s
+# extraction then takes every BiasAdd; 50 us did the same), small enough not to change a predicted gain
+HAZARD_MS = 0.001
 
 
 def _bias_shaped(contraction: str, out: Optional[Sequence[int]], bias: Optional[Sequence[int]]) -> bool:
@@ -203,3 +218,21 @@ def _swish_sites(v: _View, contractions, fused: dict) -> None:
                 partners = fused[j].partners if j in fused and fused[j].kind == "swish" else frozenset()
                 fused[j] = Site("swish", y, producers, partners | {m})
             break
+
+
+def remapper_hazards(exp: Exported, contractions=CONTRACTIONS) -> frozenset[int]:
+    """The bias-semantic AddV2 nodes on a contraction (module docstring, "Hazard"): AddV2(C, b) in either operand
+    order, C's class holding one of `contractions` and b bias-shaped for it (_bias_shaped)."""
+    g = exp.egraph
+    offers: dict[int, set[str]] = {}
+    for n in g.nodes:
+        if n.op in contractions:
+            offers.setdefault(n.eclass, set()).add(n.op)
+    out = set()
+    for i, n in enumerate(g.nodes):
+        if n.op != "AddV2" or len(n.children) != 2:
+            continue
+        for c, b in (n.children, n.children[::-1]):
+            if any(_bias_shaped(k, exp.shapes.get(c), exp.shapes.get(b)) for k in offers.get(c, ())):
+                out.add(i)
+    return frozenset(out)
