@@ -46,6 +46,10 @@ METHODS, SOLVERS, COST_MODELS = ("ilp", "greedy"), ("auto", "cbc", "highs"), ("a
 # Constants of at least this many elements are saved as variables, the rest stay constants in the graph (the default
 # of Options.min_variable_elements; tensat_tf/io/save.py, and tensat_tf/grappler.py, which mimics a served graph).
 MIN_VARIABLE_ELEMENTS = 1024
+# An unknown dimension other than the batch (a sequence length) is this long wherever a size is needed: the random
+# inputs of verification and of profiling (tensat_tf/verify.py), and the cost model's prices (tensat_tf/cost/
+# analytic.py), so that what is predicted is what is measured.
+UNKNOWN_DIM = 8
 
 
 @dataclasses.dataclass(frozen=True)

@@ -28,6 +28,7 @@ import tensorflow as tf
 
 from tensat_tf import errors
 from tensat_tf.io.load import TensorSpec
+from tensat_tf.options import UNKNOWN_DIM
 
 NOISE_FACTOR = 10.0
 ROUNDING_SEED = 12345
@@ -43,7 +44,7 @@ class Verification:
     batch_sizes: tuple[int, ...]
 
 
-def random_inputs(specs: Sequence[TensorSpec], batch: int, seed: int, unknown_dim: int = 8,
+def random_inputs(specs: Sequence[TensorSpec], batch: int, seed: int, unknown_dim: int = UNKNOWN_DIM,
                   int_high: int = 2) -> dict[str, tf.Tensor]:
     rng = np.random.RandomState(seed)
     feeds = {}

@@ -10,11 +10,14 @@ import json
 
 import pytest
 
-from tensat_tf import cost
+import tensorflow as tf
+
+from tensat_tf import cost, verify
 from tensat_tf.cost import analytic
 from tensat_tf.cost.analytic import CPU, GPU, constant_classes, flops_and_bytes, node_cost
 from tensat_tf.egraph.data import EGraphData, ENode
 from tensat_tf.egraph.export import Exported
+from tensat_tf.options import UNKNOWN_DIM
 
 SAME = ((1, 1, 1, 1), "SAME", (1, 1, 1, 1))
 
@@ -94,10 +97,14 @@ def test_fused_batch_norm_by_name():
     assert c >= bias
 
 
-def test_unknown_dims_use_batch_size_for_dim0_and_1_elsewhere():
+def test_unknown_dims_use_batch_size_for_dim0_and_the_fed_length_elsewhere():
     at8 = node_cost("MatMul", (0, 0), [(-1, 256), (256, 256)], (-1, 256), batch_size=8)
     assert at8 == node_cost("MatMul", (0, 0), [(8, 256), (256, 256)], (8, 256))
-    assert analytic.concrete((-1, -1, 3), 4) == (4, 1, 3)
+    assert analytic.concrete((-1, -1, 3), 4) == (4, UNKNOWN_DIM, 3)
+    # the length verification and profiling feed (verify.random_inputs), so a prediction prices what is measured
+    from tensat_tf.io.load import TensorSpec
+    (fed,) = verify.random_inputs([TensorSpec("ids", "ids:0", tf.int32, (-1, -1))], 4, seed=0).values()
+    assert tuple(fed.shape) == analytic.concrete((-1, -1), 4)
     assert node_cost("Relu", (), [(-1, 1000)], (-1, 1000), batch_size=16) > node_cost("Relu", (), [(-1, 1000)],
                                                                                       (-1, 1000), batch_size=1)
 

@@ -231,12 +231,14 @@ def markdown(rows: list, command: str) -> str:
 
 def _predicted(e: dict) -> float:
     """The cost model's e-graph gain for one signature: its predicted cost of the pass's input (what the no-rules
-    conversion writes) over that of its output; nan when the signature has no extraction."""
+    conversion writes) over that of its output, a call's fixed cost included (analytic.predicted_gain: TF, CPU, as
+    measured here); nan when the signature has no extraction."""
+    from tensat_tf.cost import analytic
     ex = e.get("extraction") or {}
     before, after = ex.get("cost_before"), ex.get("cost_after")
     if ex.get("kept_input") and before:
         return 1.0                  # the pass kept its input (e.g. the Grappler check): the no-rules graph
-    return before / after if before and after else float("nan")
+    return analytic.predicted_gain(before, after) if before and after else float("nan")
 
 
 def _peer_ms(d: dict, which: str, error) -> str:

@@ -8,8 +8,10 @@ makes merging two small matmuls into one worthwhile). Extraction sums these per 
 
 Conventions
   - Shapes come from the exported `shape` analysis. An unknown dimension (-1) is evaluated at `batch_size` when it is
-    dimension 0 (the batch dimension of every zoo and Keras model) and at 1 anywhere else (sequence lengths and
-    spatial sizes left open are rare, and 1 keeps the estimate finite and monotone in the known dims).
+    dimension 0 (the batch dimension of every zoo and Keras model) and at options.UNKNOWN_DIM anywhere else (the
+    sequence length of a text model exported with a dynamic one): the length verification and profiling feed, so the
+    predicted gain is the one measured. Priced at 1 until now, the three transformer exports' gains were predicted
+    1.15-1.23x against 0.98-1.11x measured.
   - Element size is 4 bytes (float32): the exported e-graph carries no dtypes, and float32 is what every model of the
     zoo computes in. Ranking between rewrites of the same tensors does not depend on this.
   - A node without usable shapes costs the overhead alone, so an odd class never stops extraction.
@@ -29,6 +31,7 @@ from tensat_tf import einsum, ops, terms
 from tensat_tf.cost.fusion import FUSED_ACTIVATIONS
 from tensat_tf.egraph.data import EGraphData, Fused
 from tensat_tf.egraph.export import Exported
+from tensat_tf.options import UNKNOWN_DIM
 
 Shape = tuple[int, ...]
 
@@ -46,7 +49,9 @@ class Device:
     gives the FLOP equivalent of one element of ops that are compute-bound although elementwise (tanh, sigmoid);
     other elementwise ops count 1. strided_copy_efficiency is the fraction of bandwidth_gbs a Transpose reaches;
     broadcast_efficiency the fraction a binary elementwise op reaches when it broadcasts a non-scalar operand (a
-    per-channel scale or bias), which is what folding batch norms into convolutions removes.
+    per-channel scale or bias), which is what folding batch norms into convolutions removes. call_overhead_us is the
+    fixed cost of one call of a served signature, whatever its graph: it ranks nothing, but a predicted speed-up
+    (predicted_gain) is a ratio of whole calls.
     The per-term tables are tuples of (term, value) pairs so that a device stays hashable.
     """
     name: str
@@ -61,6 +66,7 @@ class Device:
     fused_contractions: tuple[str, ...] = ()
     # (activation, contractions whose BiasAdd it joins in one kernel) pairs: cost/fusion.py FUSED_ACTIVATIONS
     fused_activations: tuple[tuple[str, tuple[str, ...]], ...] = ()
+    call_overhead_us: float = 0.0
 
     def overhead_ms(self, term: str) -> float:
         return dict(self.overhead_us_by_term).get(term, self.op_overhead_us) * 1e-3
@@ -97,6 +103,11 @@ class Device:
 #     at C=256; Conv2D + AddV2([C]) fuses the same way. MatMul and depthwise epilogues fuse but are not faster
 #     (fusion.py has the numbers), so they stay priced as separate ops. Per-node overhead in the same runs (a [1]
 #     Relu, R=8 copies): 0.13-0.55 us, so op_overhead_us 0.3 stands.
+#   call_overhead_us 160: a SavedModel whose signature computes one Sin of a [1,64] tensor takes 0.163-0.171 ms per
+#     call (tensat_tf/latency.py's measurement: the signature called from Python, outputs forced), and a chain of
+#     400 more small ops adds 0.10 ms (0.26 us per op, which op_overhead_us 0.3 matches). For the transformer exports
+#     (0.4-0.6 ms per call) that fixed cost is a third of the time: without it their gains were predicted 1.15-1.23x
+#     against 0.98-1.11x measured.
 #   fused_activations: MatMul + BiasAdd + TF's exact GELU is one _MklNativeFusedMatMul, the GELU 22 us over the
 #     matmul + bias at [784,96]x[96,384]; Conv2D + BiasAdd + swish likewise. Numbers in fusion.py.
 # Large ops land within ~30 % of their measurement; sub-microsecond ops are as noisy as that between runs. The
@@ -109,7 +120,7 @@ CPU = Device(
                          ("FusedBatchNormV3", 4.5), ("Einsum", 3.2)),
     flops_per_element_by_term=(("Tanh", 35.0), ("Sigmoid", 64.0)),
     strided_copy_efficiency=0.5, broadcast_efficiency=0.3, fused_contractions=("Conv2D",),
-    fused_activations=FUSED_ACTIVATIONS)
+    fused_activations=FUSED_ACTIVATIONS, call_overhead_us=160.0)
 
 # GPU devices: peak and bandwidth from the vendor datasheets, dense FP32 without tensor cores (the graphs are
 # float32): NVIDIA T4 datasheet, 8.1 TFLOPS FP32 and 320 GB/s GDDR6; NVIDIA H100 SXM5 datasheet, 67 TFLOPS FP32
@@ -142,10 +153,10 @@ def device_named(name_or_device) -> Device:
 
 # ---------------------------------------------------------------------------------------------- shapes
 def concrete(shape: Optional[Sequence[int]], batch_size: int) -> Optional[Shape]:
-    """Unknown dims resolved: dimension 0 -> batch_size, any other -> 1 (see the module docstring)."""
+    """Unknown dims resolved: dimension 0 -> batch_size, any other -> UNKNOWN_DIM (see the module docstring)."""
     if shape is None:
         return None
-    return tuple(d if d >= 0 else (batch_size if i == 0 else 1) for i, d in enumerate(shape))
+    return tuple(d if d >= 0 else (batch_size if i == 0 else UNKNOWN_DIM) for i, d in enumerate(shape))
 
 
 def numel(shape: Sequence[int]) -> int:
@@ -394,6 +405,13 @@ def with_hazards(exp: Exported, costs_ms: list[float], device: Device) -> list[f
     for i in fusion.remapper_hazards(exp):
         out[i] += fusion.HAZARD_MS
     return out
+
+
+def predicted_gain(cost_before_ms: float, cost_after_ms: float, device: Device = CPU, calls: int = 1) -> float:
+    """The speed-up of whole calls that two extraction costs (DAG costs before and after, summed over `calls`
+    signatures called once each) predict: the device's fixed cost of a call counts in both."""
+    call = device_named(device).call_overhead_us * 1e-3 * calls
+    return (cost_before_ms + call) / (cost_after_ms + call)
 
 
 def priced(exp: Exported, batch_size: int = 1,
