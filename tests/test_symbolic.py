@@ -9,6 +9,7 @@ from tensorflow.python.framework.convert_to_constants import convert_variables_t
 
 from tensat_tf import rules
 from tensat_tf import symbolic as S
+from tensat_tf.options import UNKNOWN_DIM
 from tensat_tf.cost import analytic
 from tensat_tf.egraph import ingest, language
 from tensat_tf.egraph.saturate import saturate
@@ -153,8 +154,8 @@ def test_shape_rules_copy_symbols_and_never_compute_with_them():
 
 
 def test_cost_model_evaluates_symbols_at_the_batch_size():
-    assert analytic.concrete((-2, -3, 16), 8) == (8, 1, 16)
-    assert analytic.concrete((-1, -7, 16), 4) == (4, 1, 16)
+    assert analytic.concrete((-2, -3, 16), 8) == (8, UNKNOWN_DIM, 16)
+    assert analytic.concrete((-1, -7, 16), 4) == (4, UNKNOWN_DIM, 16)
 
 
 # ------------------------------------------------------------------ the fold pass
