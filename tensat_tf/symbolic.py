@@ -322,6 +322,14 @@ def _rule(node, data, a: Analysis, fresh) -> tuple[dict, dict]:
             pa, pb = (1,) * (r - len(sa)) + tuple(sa), (1,) * (r - len(sb)) + tuple(sb)
             shape = tuple(broadcast(x, y) for x, y in zip(pa, pb))
         return {0: shape}, {0: _binary_value(op, a, data)}
+    if op == "AddN":
+        # its inputs all have its output's shape (AddN does not broadcast): a dim one of them knows is known. Grappler's
+        # arithmetic optimizer turns Keras' chains of adds into AddN (LayerNormalization's): without this rule the
+        # batch symbol stopped there on ConvNeXt-Tiny
+        known = [x for x in (S(i) for i in range(len(data))) if x is not None]
+        if not known or any(len(x) != len(known[0]) for x in known):
+            return {}, {}
+        return {0: tuple(next((x[k] for x in known if x[k] is not None), None) for k in range(len(known[0])))}, {}
     if op in ("SelectV2", "Select"):
         s = [S(i) for i in range(3)]
         if any(x is None for x in s) or (op == "Select" and not (s[0] == s[1] == s[2])):

@@ -28,6 +28,7 @@ import math
 from typing import Optional, Sequence
 
 from tensat_tf import einsum, ops, terms
+from tensat_tf.cost import sizes
 from tensat_tf.cost.fusion import FUSED_ACTIVATIONS
 from tensat_tf.egraph.data import EGraphData, Fused
 from tensat_tf.egraph.export import Exported
@@ -152,10 +153,16 @@ def device_named(name_or_device) -> Device:
 
 
 # ---------------------------------------------------------------------------------------------- shapes
-def concrete(shape: Optional[Sequence[int]], batch_size: int) -> Optional[Shape]:
-    """Unknown dims resolved: dimension 0 -> batch_size, any other -> UNKNOWN_DIM (see the module docstring)."""
+def concrete(shape: Optional[Sequence[int]], batch_size: int, size: Optional[Sequence] = None,
+             batch_bases: frozenset = frozenset()) -> Optional[Shape]:
+    """Unknown dims resolved: from `size` (the class's symbolic dims, cost/sizes.py) where it knows them, else
+    dimension 0 -> batch_size, any other -> UNKNOWN_DIM (see the module docstring)."""
     if shape is None:
         return None
+    if size is not None and len(size) == len(shape):
+        known = [sizes.evaluate(z, batch_size, batch_bases) for z in size]
+        return tuple(d if d >= 0 else (known[i] if known[i] is not None else batch_size if i == 0 else UNKNOWN_DIM)
+                     for i, d in enumerate(shape))
     return tuple(d if d >= 0 else (batch_size if i == 0 else UNKNOWN_DIM) for i, d in enumerate(shape))
 
 
@@ -170,9 +177,9 @@ def node_shapes(exp: Exported, node_index: int, batch_size: int) -> tuple[Option
     is the shape of the first input (the data tensor).
     """
     node = exp.egraph.nodes[node_index]
-    ins = [concrete(exp.shapes.get(c), batch_size) for c in node.children]
+    ins = [concrete(exp.shapes.get(c), batch_size, exp.sizes.get(c), exp.batch_bases) for c in node.children]
     in_shapes = None if any(s is None for s in ins) else ins
-    out = concrete(exp.shapes.get(node.eclass), batch_size)
+    out = concrete(exp.shapes.get(node.eclass), batch_size, exp.sizes.get(node.eclass), exp.batch_bases)
     if out is None and exp.sorts[node.eclass] == "TTuple" and ins and ins[0] is not None:
         out = ins[0]
     return in_shapes, out

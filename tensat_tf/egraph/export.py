@@ -19,6 +19,9 @@ class Exported:
     shapes: dict[int, tuple[int, ...]]       # Tensor class id -> shape
     sorts: list[str]                         # class id -> sort name
     made: dict = dataclasses.field(default_factory=dict)   # Tensor class id -> names of rules that rewrote into it
+    # Tensor class id -> symbolic sizes where `shapes` has -1, and the batch symbols (tensat_tf/cost/sizes.py)
+    sizes: dict = dataclasses.field(default_factory=dict)
+    batch_bases: frozenset = frozenset()
 
 
 def _decoder(b, sort: str):
