@@ -20,7 +20,6 @@ from tensat_tf import terms
 from tensat_tf.cost import sizes as sizes_mod
 from tensat_tf.egraph import cycles
 from tensat_tf.egraph import emit as emit_mod
-from tensat_tf.egraph import export as export_mod
 from tensat_tf.egraph import ingest as ingest_mod
 from tensat_tf.egraph import language
 from tensat_tf.egraph.data import EGraphData
@@ -100,13 +99,6 @@ def rules_applied(g: EGraphData, exp, choice: dict, original: dict, ruleset) -> 
     return dict(sorted(counts.items()))
 
 
-def _exported(eg, ing):
-    """The e-graph exported, with ingest's symbolic sizes on its classes (what the cost model prices)."""
-    exp = export_mod.export(eg, ing.roots)
-    sizes_mod.attach(exp, ing.sizes, ing.output_lets, ing.batch_bases)
-    return exp
-
-
 def _spared(g: EGraphData, orig_ids: set) -> set:
     """What the cycle filter blacklists last: the original e-nodes and every argument-list cell (TCons/TNil). A
     cell is the only e-node of its class (no rule rewrites argument lists), so blacklisting one makes its opaque
@@ -165,7 +157,7 @@ class TensatPass:
         o = self.options
 
         def probe(eg):
-            exp = _exported(eg, ing)
+            exp = sizes_mod.exported(eg, ing)
             orig_ids = set(emit_mod.original_nodes(ing, exp).values())
             g = self._priced(exp, model, orig_ids, self._cycle_blacklist(exp.egraph, _spared(exp.egraph, orig_ids)))
             try:
@@ -196,7 +188,7 @@ class TensatPass:
         stats.saturation = sat.to_json()
         stats.iterations, stats.stop_reason = len(sat.iterations), sat.stop_reason.value
         lap("saturate")
-        exp = _exported(eg, ing)
+        exp = sizes_mod.exported(eg, ing)
         del eg
         g = exp.egraph
         stats.enodes, stats.eclasses = g.num_nodes, g.num_classes

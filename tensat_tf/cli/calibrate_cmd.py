@@ -27,7 +27,7 @@ flags.DEFINE_bool("fusion", False, "calibrate: time the fused conv / matmul / de
 def exported_signatures(src: str, tags, signatures, canonicalize: bool) -> dict:
     """signature name -> Exported e-graph of that signature, built the way convert builds it (no rewrites)."""
     from tensat_tf.cost import sizes
-    from tensat_tf.egraph import export, ingest, language
+    from tensat_tf.egraph import ingest, language
     from tensat_tf.io import load as load_mod
     from tensat_tf.passes import canonicalize as canon
     if src.startswith("zoo:"):
@@ -45,8 +45,7 @@ def exported_signatures(src: str, tags, signatures, canonicalize: bool) -> dict:
         ing = ingest.ingest(gd, sig.item)
         eg = language.new_egraph()
         ingest.load(eg, ing)
-        out[name] = export.export(eg, ing.roots)
-        sizes.attach(out[name], ing.sizes, ing.output_lets, ing.batch_bases)
+        out[name] = sizes.exported(eg, ing)
     return out
 
 

@@ -29,7 +29,7 @@ from typing import Optional, Sequence
 
 from tensat_tf import einsum, ops, terms
 from tensat_tf.cost import sizes
-from tensat_tf.cost.fusion import FUSED_ACTIVATIONS
+from tensat_tf.cost.fusion import FUSED_ACTIVATIONS, HAZARD_MS, remapper_hazards
 from tensat_tf.egraph.data import EGraphData, Fused
 from tensat_tf.egraph.export import Exported
 from tensat_tf.options import UNKNOWN_DIM
@@ -407,10 +407,9 @@ def with_hazards(exp: Exported, costs_ms: list[float], device: Device) -> list[f
     device where the remapper's fusions are priced (the CPU)."""
     if not device.fused_contractions:
         return costs_ms
-    from tensat_tf.cost import fusion
     out = list(costs_ms)
-    for i in fusion.remapper_hazards(exp):
-        out[i] += fusion.HAZARD_MS
+    for i in remapper_hazards(exp):
+        out[i] += HAZARD_MS
     return out
 
 

@@ -74,6 +74,22 @@ def _bias_shaped(contraction: str, out: Optional[Sequence[int]], bias: Optional[
     return len(bias) <= len(out) and all(d == 1 for d in bias[:-1])
 
 
+def _offers(g, contractions) -> dict[int, dict[str, set[int]]]:
+    """class -> contraction term -> its nodes, for the terms of `contractions`."""
+    offers: dict[int, dict[str, set[int]]] = {}
+    for i, n in enumerate(g.nodes):
+        if n.op in CONTRACTIONS and n.op in contractions:
+            offers.setdefault(n.eclass, {}).setdefault(n.op, set()).add(i)
+    return offers
+
+
+def _bias_semantic_sides(exp: Exported, n, offers: dict) -> list[tuple[int, set[str]]]:
+    """For an AddV2 node: (operand class, the contraction terms of that class the other operand is a bias of), for
+    each operand order (remapper's IsBiasSemanticAdd)."""
+    return [(c, {k for k in offers.get(c, {}) if _bias_shaped(k, exp.shapes.get(c), exp.shapes.get(b))})
+            for c, b in ((n.children[0], n.children[1]), (n.children[1], n.children[0]))]
+
+
 def fused_nodes(exp: Exported, contractions=CONTRACTIONS, activations=FUSED_ACTIVATIONS) -> dict[int, str]:
     """node index -> 'bias' | 'bn' | 'act' | 'swish' | 'gelu' for every e-node that runs as the epilogue of a fused
     contraction, the contractions limited to `contractions` and `activations` (the ones whose fusion pays on the
@@ -95,10 +111,7 @@ def fusion_sites(exp: Exported, contractions=CONTRACTIONS, activations=FUSED_ACT
     the e-graph, so extraction prices it (egraph/data.py EGraphData.fused). An activation is not checked against
     its bias's own conditions (a second-order miss: the bias is priced unfused then, the activation still fused)."""
     g = exp.egraph
-    offers: dict[int, dict[str, set[int]]] = {}     # class -> contraction term -> its nodes
-    for i, n in enumerate(g.nodes):
-        if n.op in CONTRACTIONS and n.op in contractions:
-            offers.setdefault(n.eclass, {}).setdefault(n.op, set()).add(i)
+    offers = _offers(g, contractions)
     fused: dict[int, Site] = {}
     epilogue: dict[int, dict[int, set[str]]] = {}    # class -> fused bias node -> the contractions it sits on
     bn_tuple: set[int] = set()                       # TTuple classes of a fused FusedBatchNormV3
@@ -106,8 +119,7 @@ def fusion_sites(exp: Exported, contractions=CONTRACTIONS, activations=FUSED_ACT
         if n.op == "BiasAdd" and len(n.children) == 2:
             sides = [(n.children[0], set(offers.get(n.children[0], {})))]
         elif n.op == "AddV2" and len(n.children) == 2:
-            sides = [(c, {k for k in offers.get(c, {}) if _bias_shaped(k, exp.shapes.get(c), exp.shapes.get(b))})
-                     for c, b in ((n.children[0], n.children[1]), (n.children[1], n.children[0]))]
+            sides = _bias_semantic_sides(exp, n, offers)
         elif n.op == "FusedBatchNormV3" and n.children and "Conv2D" in offers.get(n.children[0], {}):
             fused[i] = Site("bn", n.children[0], frozenset(offers[n.children[0]]["Conv2D"]))
             bn_tuple.add(n.eclass)
@@ -223,16 +235,6 @@ def _swish_sites(v: _View, contractions, fused: dict) -> None:
 def remapper_hazards(exp: Exported, contractions=CONTRACTIONS) -> frozenset[int]:
     """The bias-semantic AddV2 nodes on a contraction (module docstring, "Hazard"): AddV2(C, b) in either operand
     order, C's class holding one of `contractions` and b bias-shaped for it (_bias_shaped)."""
-    g = exp.egraph
-    offers: dict[int, set[str]] = {}
-    for n in g.nodes:
-        if n.op in contractions:
-            offers.setdefault(n.eclass, set()).add(n.op)
-    out = set()
-    for i, n in enumerate(g.nodes):
-        if n.op != "AddV2" or len(n.children) != 2:
-            continue
-        for c, b in (n.children, n.children[::-1]):
-            if any(_bias_shaped(k, exp.shapes.get(c), exp.shapes.get(b)) for k in offers.get(c, ())):
-                out.add(i)
-    return frozenset(out)
+    offers = _offers(exp.egraph, contractions)
+    return frozenset(i for i, n in enumerate(exp.egraph.nodes) if n.op == "AddV2" and len(n.children) == 2
+                     and any(kinds for _, kinds in _bias_semantic_sides(exp, n, offers)))

@@ -13,12 +13,20 @@ from __future__ import annotations
 from typing import Optional
 
 from tensat_tf import symbolic
+from tensat_tf.egraph import export
 from tensat_tf.egraph.export import Exported
 from tensat_tf.options import UNKNOWN_DIM
 
 # terms whose output has the shape of their first tensor input (elementwise with a same-or-broadcast second one)
 _SAME_AS_FIRST = frozenset("""Relu ReluSix Sigmoid Tanh Neg Erfc Rsqrt Exp Sqrt Identity BiasAdd""".split())
 _BINARY = frozenset("""AddV2 Mul Sub RealDiv SquaredDifference Maximum Minimum""".split())
+
+
+def exported(eg, ing) -> Exported:
+    """The e-graph `eg` exported (egraph/export.py) with the sizes of ingest `ing` (an Ingested) attached."""
+    exp = export.export(eg, ing.roots)
+    attach(exp, ing.sizes, ing.output_lets, ing.batch_bases)
+    return exp
 
 
 def attach(exp: Exported, sizes: dict, output_lets: dict, batch_bases: frozenset) -> None:
