@@ -38,7 +38,8 @@ ordering, a right-side literal) gets an automatic `(>= dim 0)` guard from the co
 
 Tests: `:test BINDING` (repeatable) gives shapes for which the rule must fire; `:reject BINDING` shapes (or weight
 flags) for which it must not. A binding is a list of `(?x d0 d1 ...)` (an input tensor), `(?x :weight d0 ...)`
-(a weight) or `(?x :lit VALUE)` (a literal variable); `:positive` after the name draws values in (0.5, 1.5) (for a
+(a weight), `(?x :lit VALUE)` (a literal variable) or `(?x :value (vec-of 2 4 3))` (an int32 input vector with
+exactly that value: the run-time target of a ReshapeT); `:positive` after the name draws values in (0.5, 1.5) (for a
 weight it also asserts the `(positive ?x)` fact). A dimension -1 is unknown (as in the analysis): only in
 `:reject` bindings, to show that a guard does not take two unknown dims for equal ones. Every rule with guards needs
 at least one `:reject`.
@@ -124,10 +125,11 @@ class Binding:
     weights: frozenset      # vars that are weights
     literals: dict          # var -> literal value (int, str, tuple)
     positive: frozenset = frozenset()   # vars whose random values must be > 0 (a variance under a square root)
+    values: dict = dataclasses.field(default_factory=dict)   # var -> the int32 vector an input holds (`:value`)
 
     @classmethod
     def parse(cls, items: list, origin: str) -> "Binding":
-        shapes, weights, lits, positive = {}, set(), {}, set()
+        shapes, weights, lits, positive, values = {}, set(), {}, set(), {}
         for it in items:
             if not isinstance(it, list) or not it or not is_var(it[0]):
                 raise RuleSyntaxError(f"{origin}: bad test binding {to_text(it)}")
@@ -140,13 +142,20 @@ class Binding:
                     v = v[1:-1]
                 lits[var] = v
                 continue
+            if rest and rest[0] == ":value":
+                v = rest[1] if len(rest) == 2 else None
+                if not (isinstance(v, list) and v[:1] == ["vec-of"] and all(isinstance(x, int) for x in v[1:])):
+                    raise RuleSyntaxError(f"{origin}: bad :value for {var}: {to_text(it)}")
+                values[var] = tuple(v[1:])
+                shapes[var] = (len(v) - 1,)
+                continue
             while rest and rest[0] in (":weight", ":positive"):
                 (weights if rest[0] == ":weight" else positive).add(var)
                 rest = rest[1:]
             if not all(isinstance(d, int) and (d > 0 or d == -1) for d in rest):
                 raise RuleSyntaxError(f"{origin}: bad shape for {var}: {to_text(it)}")
             shapes[var] = tuple(rest)
-        return cls(shapes, frozenset(weights), lits, frozenset(positive))
+        return cls(shapes, frozenset(weights), lits, frozenset(positive), values)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""The op table: ONE entry per TF op that the e-graph understands as a typed term.
+"""The op table: ONE entry per TF op that the e-graph understands as a typed term (and TENSOR_FORMS, a second entry
+for an op whose folded input may be computed at run time).
 
 Each entry says
   - the TF op name and the egglog constructor (term) name,
@@ -64,11 +65,15 @@ class OpSpec:
     fixed_attrs: tuple[tuple[str, int], ...] = ()   # int attrs with one accepted value, set when emitting (Einsum's N)
     normalize: Optional[Callable[[dict], Optional[dict]]] = None   # literal values -> their canonical spelling at
     #                                            ingest (Einsum's equation), or None to keep the node opaque
+    shape_literal: bool = False                # the first literal, "out_shape", is the output's shape as ingest
+    #                                            knows it (symbols allowed): the shape rule of an op whose output
+    #                                            shape is a run-time value (ReshapeT); never emitted
 
     @property
     def literals(self) -> tuple[tuple[str, str], ...]:
         """(name, kind) of every literal argument, in term order."""
-        return tuple((a.name, a.kind) for a in self.attrs) + tuple((c.name, c.kind) for c in self.const_inputs)
+        head = (("out_shape", "ints"),) if self.shape_literal else ()
+        return head + tuple((a.name, a.kind) for a in self.attrs) + tuple((c.name, c.kind) for c in self.const_inputs)
 
     @property
     def arg_sorts(self) -> list[str]:
@@ -348,7 +353,18 @@ _SPECS = [
            accepts=_SAME_OR_VALID, shape_rules=_pool_rules("AvgPool")),
 ]
 
+# The same TF op with the input that TABLE folds into a literal read as a tensor instead, for a node where that input
+# is computed at run time. Only Reshape: Keras' Dense on [batch, seq, C] with a dynamic sequence reshapes its MatMul
+# back to a target built from Shape (passes/shapes.py keeps it so), and rules/tf_fold.rules F23/F24 move the bias and
+# the GELU through it, to the MatMul the remapper fuses them with. Term: (ReshapeT out_shape x target); the shape
+# literal is the output's shape from ingest's facts (its last dim is what the rules read); the target is int32.
+_TENSOR_FORMS = [
+    OpSpec("Reshape", "ReshapeT", n_tensor_inputs=2, index_type_attrs=("Tshape",), shape_literal=True,
+           shape_rules=(_rule("(= t (ReshapeT s x g))", shape="s"),)),
+]
+
 TABLE: dict[str, OpSpec] = {s.tf_op: s for s in _SPECS}
-BY_TERM: dict[str, OpSpec] = {s.term: s for s in _SPECS}
+TENSOR_FORMS: dict[str, OpSpec] = {s.tf_op: s for s in _TENSOR_FORMS}
+BY_TERM: dict[str, OpSpec] = {s.term: s for s in _SPECS + _TENSOR_FORMS}
 # The constructors that are not TF ops (leaves, opaque nodes, projections, lists) and the check that no two
 # constructor names collide in egglog are in tensat_tf/terms.py, the declaration of the whole term language.

@@ -40,7 +40,7 @@ STRUCTURAL = (
     Constructor("TNil", (), TLIST, True, runs=False),                   # argument list of an opaque node
     Constructor("TCons", (TENSOR, TLIST), TLIST, True, runs=False),
 )
-TYPED = tuple(Constructor(s.term, tuple(s.arg_sorts), s.output_sort, False) for s in ops.TABLE.values())
+TYPED = tuple(Constructor(s.term, tuple(s.arg_sorts), s.output_sort, False) for s in ops.BY_TERM.values())
 
 CONSTRUCTORS: dict[str, Constructor] = {c.name: c for c in STRUCTURAL + TYPED}
 NAMES = frozenset(CONSTRUCTORS)

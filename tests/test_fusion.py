@@ -66,11 +66,14 @@ def test_only_the_activations_tf_fuses():
                                     x=Y)) == {4: "bias", 5: "act"}
     assert fusion.fused_nodes(chain(act="ReluSix")) == {4: "bias", 5: "act"}
     assert fusion.fused_nodes(chain(act="Rsqrt")) == {4: "bias"}
-    # TF fuses MatMul and depthwise epilogues too, but measured no faster (fusion.py): the CPU device prices them
-    # as separate ops
+    # TF fuses depthwise epilogues too, but measured no faster (fusion.py): the CPU device prices them as separate
+    # ops; a MatMul's bias costs the fused kernel's fixed extra (Device.fused_matmul_us), its Relu stays separate
     dw = dict(contraction="DepthwiseConv2dNative", w=(3, 3, 32, 1), x=Y)
+    assert analytic.costs(chain(**dw)) == analytic.costs(chain(**dw), fusion=False)
+    fused, plain = analytic.costs(chain(**mm)), analytic.costs(chain(**mm), fusion=False)
+    assert fused[4] == pytest.approx(CPU.fused_matmul_us * 1e-3, rel=0.01) and fused[4] > plain[4]
+    assert fused[:4] + fused[5:] == plain[:4] + plain[5:]
     for kw in (mm, dw):
-        assert analytic.costs(chain(**kw)) == analytic.costs(chain(**kw), fusion=False)
         assert fusion.fused_nodes(chain(**kw), CPU.fused_contractions) == {}
     # no contraction under the bias: nothing fused
     plain = chain(contraction="AvgPool")
@@ -156,10 +159,12 @@ def test_exact_gelu_joins_a_matmul_and_its_biasadd():
     # a Conv2D's bias, or a non-scalar constant, is not the pattern
     assert "gelu" not in fusion.fused_nodes(gelu("Conv2D", x=X, w=W, y=Y)).values()
     assert "gelu" not in fusion.fused_nodes(gelu(c=(32,))).values()
-    # priced on the CPU (Device.fused_activations), where the MatMul's own bias is not discounted; not on a GPU
+    # priced on the CPU (Device.fused_activations), where the MatMul's own bias costs the fused kernel's fixed extra
+    # (Device.fused_matmul_us, a plain price: not a Fused term); not on a GPU
     costs, fused = analytic.priced(gelu())
     plain = analytic.costs(gelu(), fusion=False)
-    assert all(costs[i] < plain[i] for i in (7, 8, 9, 10, 11)) and costs[4] == plain[4]
+    assert all(costs[i] < plain[i] for i in (7, 8, 9, 10, 11)) and 4 not in fused
+    assert costs[4] == pytest.approx(CPU.fused_matmul_us * 1e-3, rel=0.01)
     assert fused[7].partners == {10} and fused[10].partners == {7}
     assert analytic.costs(gelu(), device=GPU) == analytic.costs(gelu(), device=GPU, fusion=False)
 
@@ -238,3 +243,14 @@ def test_fusion_bench_sees_the_fused_kernels():
         assert "Relu" not in k[name]["kernels"] and "AddV2" not in k[name]["kernels"]
     assert "Tanh" in k["conv+bias+tanh"]["kernels"]
     assert "Tanh" not in k["matmul+bias+tanh"]["kernels"]
+
+
+def test_a_matmul_bias_costs_a_fixed_extra_that_pays_only_on_many_rows():
+    """cost/fusion.py "MatMul": the fused bias is dearer than a separate BiasAdd on a few rows, cheaper on many."""
+    for rows, fused_dearer in ((8, True), (32, True), (4096, False)):
+        mm = dict(contraction="MatMul", x=(rows, 64), w=(64, 128), y=(rows, 128), act="Relu")
+        fused, separate = analytic.costs(chain(**mm))[4], analytic.costs(chain(**mm), fusion=False)[4]
+        assert (fused > separate) == fused_dearer, (rows, fused, separate)
+    # only on a class a MatMul computes: a BiasAdd on a Conv2D's output keeps its own price
+    assert fusion.matmul_biases(chain()) == frozenset()
+    assert fusion.matmul_biases(chain(contraction="MatMul", x=(8, 16), w=(16, 32), y=(8, 32))) == {4}

@@ -81,3 +81,20 @@ def test_evaluate_symbols():
     assert sizes.evaluate(S.mul(3, b), 2, frozenset({1})) == 6
     assert sizes.evaluate(7, 2, frozenset()) == 7 and sizes.evaluate(None, 2, frozenset()) is None
     assert sizes.evaluate(-1, 2, frozenset()) is None
+
+
+def test_a_reshape_of_a_new_symbolic_class_is_sized():
+    """Classes 0 (input [b, s, 8]), 1 = a product a rule made on it (shape [b, s, 8] with the e-graph's symbols, no
+    size of its own), 2 = a Reshape of it to [-1, 8]: rows b x s (was one row: C09's MatMul looked 6x cheaper)."""
+    b, s = S.Sym(1, (1,)), S.Sym(1, (2,))
+    nodes = [ENode("Input", 0, (), 0.0, ("x",)), ENode("Weight", 3, (), 0.0, (0,)),
+             ENode("Mul", 1, (0, 3), 0.0, ()), ENode("Reshape", 2, (1,), 0.0, ((-1, 8),))]
+    g = EGraphData.build(nodes, [2])
+    exp = Exported(g, {"x": 0}, {0: (-2, -3, 8), 1: (-2, -3, 8), 2: (-1, 8), 3: ()}, ["Tensor"] * 4)
+    sizes.attach(exp, {"x:0": (b, s, 8)}, {"x:0": "x"}, frozenset({1}))
+    assert exp.sizes[2] == (S.mul(b, s), 8)
+    assert analytic.concrete(exp.shapes[2], 2, exp.sizes[2], exp.batch_bases) == (2 * UNKNOWN_DIM, 8)
+    # a symbol no ingested tensor names stays unknown (the fallback prices it)
+    exp2 = Exported(g, {"x": 0}, {0: (-2, -4, 8), 1: (-2, -4, 8), 2: (-1, 8), 3: ()}, ["Tensor"] * 4)
+    sizes.attach(exp2, {"x:0": (b, None, 8)}, {"x:0": "x"}, frozenset({1}))
+    assert 2 not in exp2.sizes

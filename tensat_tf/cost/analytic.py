@@ -68,12 +68,20 @@ class Device:
     # (activation, contractions whose BiasAdd it joins in one kernel) pairs: cost/fusion.py FUSED_ACTIVATIONS
     fused_activations: tuple[tuple[str, tuple[str, ...]], ...] = ()
     call_overhead_us: float = 0.0
+    # what a bias on a MatMul costs: the runtime always fuses it (_FusedMatMul), and that kernel takes this much more
+    # than the plain MatMul, whatever the size (0: the bias is priced as a separate op)
+    fused_matmul_us: float = 0.0
+    # FLOP-equivalents per element of an op run as a fused epilogue (fused_cost), where it differs from 1
+    fused_flops_per_element_by_term: tuple[tuple[str, float], ...] = ()
 
     def overhead_ms(self, term: str) -> float:
         return dict(self.overhead_us_by_term).get(term, self.op_overhead_us) * 1e-3
 
     def flops_per_element(self, term: str) -> float:
         return dict(self.flops_per_element_by_term).get(term, 1.0)
+
+    def fused_flops_per_element(self, term: str) -> float:
+        return dict(self.fused_flops_per_element_by_term).get(term, self.flops_per_element(term))
 
 
 # CPU: the 2-vCPU AMD EPYC (Zen 4, AVX-512, 2 MB L2 per core, 32 MB L3) KVM test VM, TF 2.21 with oneDNN on, ONE
@@ -94,7 +102,10 @@ class Device:
 #     checks, Eigen shuffle setup). Einsum 3.2 (abc,cde->abde from 1x1x16 . 16x1x16 to 1x16x32 . 32x6x8 all take
 #     3.2-3.4 us; abcd,aecd->acbe at 1x16x2x8 4.8: TF's kernel reshapes and transposes around a batch matmul).
 #   flops_per_element_by_term: Tanh takes 330 us on 1M floats (35 FLOP-equivalents per element at 110 GFLOP/s),
-#     Sigmoid 614 us (64); Relu of the same size 87 us (bandwidth-bound).
+#     Sigmoid 614 us (64); Relu of the same size 87 us (bandwidth-bound). Erfc 22.6 us on 16k floats, 88.5 on 65k
+#     (150; kernel trace, Grappler on).
+#   fused_matmul_us 4.5, fused_flops_per_element_by_term Erfc 33: a MatMul's fused bias, and its fused GELU, timed
+#     against the plain MatMul (cost/fusion.py, "MatMul").
 #   strided_copy_efficiency 0.5: Transpose 1024x1024 reaches 30 GB/s, [0,2,1,3] on 8x128x12x64 73 GB/s.
 #   broadcast_efficiency 0.3: AddV2 / Mul / BiasAdd of a per-channel vector onto NHWC activations reach 20 GB/s with
 #     16 channels, 29 with 32, 43 with 1024 (a scalar operand streams at full speed).
@@ -116,12 +127,13 @@ class Device:
 # `tensat_tf calibrate MODEL` prints the measured and the analytic sum of a model's op costs side by side.
 CPU = Device(
     "cpu", peak_gflops=110.0, bandwidth_gbs=90.0, op_overhead_us=0.3,
-    overhead_us_by_term=(("Reshape", 0.1), ("MatMul", 0.5), ("BatchMatMulV2", 2.8), ("AvgPool", 2.8),
+    overhead_us_by_term=(("Reshape", 0.1), ("ReshapeT", 0.1), ("MatMul", 0.5), ("BatchMatMulV2", 2.8), ("AvgPool", 2.8),
                          ("Transpose", 3.7), ("MaxPool", 4.7), ("Conv2D", 5.5), ("DepthwiseConv2dNative", 8.3),
                          ("FusedBatchNormV3", 4.5), ("Einsum", 3.2)),
-    flops_per_element_by_term=(("Tanh", 35.0), ("Sigmoid", 64.0)),
+    flops_per_element_by_term=(("Tanh", 35.0), ("Sigmoid", 64.0), ("Erfc", 150.0)),
     strided_copy_efficiency=0.5, broadcast_efficiency=0.3, fused_contractions=("Conv2D",),
-    fused_activations=FUSED_ACTIVATIONS, call_overhead_us=160.0)
+    fused_activations=FUSED_ACTIVATIONS, call_overhead_us=160.0, fused_matmul_us=4.5,
+    fused_flops_per_element_by_term=(("Erfc", 33.0),))
 
 # GPU devices: peak and bandwidth from the vendor datasheets, dense FP32 without tensor cores (the graphs are
 # float32): NVIDIA T4 datasheet, 8.1 TFLOPS FP32 and 320 GB/s GDDR6; NVIDIA H100 SXM5 datasheet, 67 TFLOPS FP32
@@ -130,7 +142,7 @@ CPU = Device(
 # cuBLAS algorithm selection and workspace; Reshape launches no kernel. Tanh / sigmoid count 8 FLOPs per element
 # (special-function units run at a fraction of the FP32 rate; an estimate). Small ops are therefore overhead-bound
 # on GPUs, which is the property that matters for ranking (merging small ops pays off more than on CPU).
-_GPU_OVERHEADS = (("Reshape", 1.0), ("MatMul", 8.0), ("BatchMatMulV2", 8.0), ("Einsum", 8.0), ("Conv2D", 10.0),
+_GPU_OVERHEADS = (("Reshape", 1.0), ("ReshapeT", 1.0), ("MatMul", 8.0), ("BatchMatMulV2", 8.0), ("Einsum", 8.0), ("Conv2D", 10.0),
                   ("DepthwiseConv2dNative", 10.0))
 GPU_T4 = Device("gpu-t4", peak_gflops=8100.0, bandwidth_gbs=320.0, op_overhead_us=5.0,
                        overhead_us_by_term=_GPU_OVERHEADS, flops_per_element_by_term=(("Tanh", 8.0), ("Sigmoid", 8.0)),
@@ -279,7 +291,7 @@ def flops_and_bytes(term: str, payload, in_shapes: Sequence[Shape], out_shape: O
         if eq is None:
             raise ValueError("einsum equation outside the typed subset")
         return eq.flops(ins), DTYPE_BYTES * (n_in + numel(eq.output_shape(ins)))
-    if term == "Reshape":
+    if term in ("Reshape", "ReshapeT"):
         return 0.0, 0.0                       # metadata only: TF forwards the buffer
     if term == "ConcatV2":
         out = numel(out_shape) if out_shape is not None else n_in
@@ -344,7 +356,7 @@ def fused_cost(term: str, in_shapes: Optional[Sequence[Shape]], out_shape: Optio
     shape = out_shape if out_shape is not None else (in_shapes[0] if in_shapes else None)
     if shape is None:
         return 0.0
-    per_element = 2.0 if term == "FusedBatchNormV3" else device.flops_per_element(term)
+    per_element = 2.0 if term == "FusedBatchNormV3" else device.fused_flops_per_element(term)
     return numel(shape) * per_element / (device.peak_gflops * 1e6)
 
 
@@ -372,6 +384,14 @@ def fusion_terms(exp: Exported, costs_ms: list[float], batch_size: int,
         out[i] = min(out[i], fused_cost(n.op, in_shapes, out_shape, device))
         if costs_ms[i] > out[i]:
             terms[i] = Fused(site.reads, costs_ms[i] - out[i], site.producers, site.partners)
+    if device.fused_matmul_us:
+        # a MatMul's bias is fused by the runtime whatever extraction does, so it is a plain price, not a Fused term
+        # (which can only make a node cheaper): dearer than a separate BiasAdd on a few rows, cheaper on many
+        for i in fusion.matmul_biases(exp):
+            if not is_folded(exp.egraph.nodes[i], const):
+                in_shapes, out_shape = node_shapes(exp, i, batch_size)
+                out[i] = device.fused_matmul_us * 1e-3 + fused_cost(exp.egraph.nodes[i].op, in_shapes, out_shape,
+                                                                    device)
     return out, terms
 
 

@@ -34,17 +34,21 @@ def attach(exp: Exported, sizes: dict, output_lets: dict, batch_bases: frozenset
     dims; Ingested.sizes, .output_lets), completed through the nodes of classes ingest did not make, and
     exp.batch_bases (the base symbols that are a graph input's dim 0)."""
     out: dict[int, tuple] = {}
+    codes: dict[int, symbolic.Sym] = {}     # the e-graph's symbol (a dim <= -2) -> its Sym, read off ingested tensors
     for tensor, let in output_lets.items():
         c, dims = exp.lets.get(let), sizes.get(tensor)
         if c is not None and dims is not None and any(not isinstance(d, int) for d in dims):
             out.setdefault(c, tuple(dims))
+            shape = exp.shapes.get(c)
+            if shape is not None and len(shape) == len(dims):
+                codes.update((e, d) for e, d in zip(shape, dims) if e <= -2 and isinstance(d, symbolic.Sym))
     g = exp.egraph
     for _ in range(4):                      # a few rounds reach chains of new classes; the rest keep the fallback
         grew = False
         for n in g.nodes:
             if n.eclass in out or n.eclass not in exp.shapes or -1 not in exp.shapes[n.eclass]:
                 continue
-            dims = _derived(n, exp, out)
+            dims = _derived(n, exp, out, codes)
             if dims is not None and len(dims) == len(exp.shapes[n.eclass]):
                 out[n.eclass] = dims
                 grew = True
@@ -53,8 +57,8 @@ def attach(exp: Exported, sizes: dict, output_lets: dict, batch_bases: frozenset
     exp.sizes, exp.batch_bases = out, frozenset(batch_bases)
 
 
-def _derived(n, exp: Exported, known: dict) -> Optional[tuple]:
-    kids = [known.get(c, _concrete(exp.shapes.get(c))) for c in n.children]
+def _derived(n, exp: Exported, known: dict, codes: dict) -> Optional[tuple]:
+    kids = [known.get(c, _decoded(exp.shapes.get(c), codes)) for c in n.children]
     rank = len(exp.shapes[n.eclass])
     if n.op in _SAME_AS_FIRST and kids and kids[0] is not None:
         return kids[0]
@@ -72,8 +76,12 @@ def _derived(n, exp: Exported, known: dict) -> Optional[tuple]:
     return None
 
 
-def _concrete(shape) -> Optional[tuple]:
-    return tuple(shape) if shape is not None and all(d >= 0 for d in shape) else None
+def _decoded(shape, codes: dict) -> Optional[tuple]:
+    """A class's shape with its symbols as Syms (a new class of symbolic shape, e.g. a rewritten GELU's product on
+    [batch, seq, C], that a Reshape with a -1 then flattens), or None when a dim is unknown."""
+    if shape is None or any(d == -1 or (d <= -2 and d not in codes) for d in shape):
+        return None
+    return tuple(codes[d] if d <= -2 else d for d in shape)
 
 
 def evaluate(dim, batch_size: int, batch_bases: frozenset) -> Optional[int]:

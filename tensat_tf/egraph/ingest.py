@@ -195,6 +195,10 @@ def _typed_literals(node, spec: ops.OpSpec, nodes_by_name, shapes) -> Optional[d
             return None
         lit[c.name] = v
     out_shape = shapes.get(_tensor_name(node.name, 0))
+    if spec.shape_literal:                 # the output's shape is a run-time value: the facts' shape is its literal
+        if out_shape is None:
+            return None
+        lit["out_shape"] = tuple(out_shape)
     if "axis" in lit:                      # normalise negative axes: rules compare them as integers
         if out_shape is None:              # (every op with an axis keeps the rank of its input)
             return None
@@ -266,6 +270,9 @@ class _Ingest:
         literals = None
         if spec is not None and name not in self.keep and not has_ctrl:
             literals = _typed_literals(node, spec, self.nodes_by_name, self.shapes)
+            if literals is None and self._tensor_form(node):
+                spec = ops.TENSOR_FORMS[node.op]
+                literals = _typed_literals(node, spec, self.nodes_by_name, self.shapes)
 
         if node.op == "Placeholder" and not has_ctrl:
             is_tuple = self._input(let_name, node)
@@ -350,6 +357,16 @@ class _Ingest:
                 self.commands.append(L.set_shape(L.var(out_let), s))
 
     # ------------------------------------------------------------------ helpers
+    def _tensor_form(self, node) -> bool:
+        """The node's folded inputs are run-time int32 tensors and the op has a form that reads them as tensors
+        (ops.TENSOR_FORMS; the emitter writes the index type as int32)."""
+        spec = ops.TENSOR_FORMS.get(node.op)
+        if spec is None:
+            return False
+        data_inputs = [i for i in node.input if not i.startswith("^")]
+        refs = [_tensor_ref(data_inputs[c.index]) for c in ops.TABLE[node.op].const_inputs]
+        return all(self.dtypes[n][k] == tf.int32 for n, k in refs)
+
     def _ref(self, inp: str):
         """egglog expression for a tensor input or a control input."""
         if inp.startswith("^"):

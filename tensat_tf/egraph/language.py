@@ -62,7 +62,7 @@ SPAN = bindings.RustSpan("tensat_tf", 0, 0)
 def program() -> str:
     """The whole language declaration (constructors of every table op plus their shape rules)."""
     lines = [_PRELUDE] + [_constructor(c) for c in terms.TYPED]
-    for spec in ops.TABLE.values():
+    for spec in ops.BY_TERM.values():
         lines.extend(spec.shape_rules)
         lines.append(_const_rule(spec))
     return "\n".join(lines)
