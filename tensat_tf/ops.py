@@ -158,7 +158,7 @@ def _elementwise_rules(term: str) -> tuple[str, ...]:
               "(= (vec-get sb 0) (vec-get sa (- (vec-length sa) 1)))", "(>= (vec-get sb 0) 0)", shape="sa"),
         _rule(p, "(= (vec-length sa) 1) (> (vec-length sb) 1)",
               "(= (vec-get sa 0) (vec-get sb (- (vec-length sb) 1)))", "(>= (vec-get sa 0) 0)", shape="sb"),
-    ) + _suffix_broadcast_rules(p)
+    ) + _suffix_broadcast_rules(p) + _same_rank_broadcast_rules(p)
 
 
 def _suffix_broadcast_rules(p: str) -> tuple[str, ...]:
@@ -170,6 +170,24 @@ def _suffix_broadcast_rules(p: str) -> tuple[str, ...]:
             same = " ".join(f"(= (vec-get {small} {i}) (vec-get {big} (+ (- (vec-length {big}) {r}) {i}))) "
                             f"(>= (vec-get {small} {i}) 0)" for i in range(r))
             rules.append(_rule(p, f"(= (vec-length {small}) {r}) (> (vec-length {big}) {r})", same, shape=big))
+    return tuple(rules)
+
+
+def _same_rank_broadcast_rules(p: str) -> tuple[str, ...]:
+    """Two same-rank broadcasts that Keras' LayerNormalization writes (rules/tf_fold.rules F25): a row statistic
+    [d0.., 1] against [d0.., C] (equal leading dims; an unknown -1 in both stays unknown in the result, as with
+    equal shapes above), and a per-channel vector [1.., 1, C] against [d0.., C]. Either way the result has the
+    other operand's shape."""
+    rules = []
+    for r in (2, 3, 4):
+        for small, big in (("sb", "sa"), ("sa", "sb")):
+            same = f"(= (vec-length {small}) {r}) (= (vec-length {big}) {r})"
+            rows = " ".join(f"(= (vec-get {small} {i}) (vec-get {big} {i}))" for i in range(r - 1))
+            rules.append(_rule(p, same, rows, f"(= (vec-get {small} {r - 1}) 1)", f"(!= {small} {big})",
+                               shape=big))
+            ones = " ".join(f"(= (vec-get {small} {i}) 1)" for i in range(r - 1))
+            rules.append(_rule(p, same, ones, f"(= (vec-get {small} {r - 1}) (vec-get {big} {r - 1}))",
+                               f"(>= (vec-get {small} {r - 1}) 0)", f"(!= {small} {big})", shape=big))
     return tuple(rules)
 
 
@@ -362,6 +380,12 @@ _TENSOR_FORMS = [
     OpSpec("Reshape", "ReshapeT", n_tensor_inputs=2, index_type_attrs=("Tshape",), shape_literal=True,
            shape_rules=(_rule("(= t (ReshapeT s x g))", shape="s"),)),
 ]
+
+# TF ops ingested as one of the table's terms when they have exactly two data inputs: AddN of two tensors (which
+# AddN requires to have one shape) is their AddV2. Grappler's arithmetic optimizer writes Keras' LayerNormalization
+# sums as AddN on some graphs (ViT: AddN(mean term, x term) + beta), where rule F26 must see an AddV2. The node
+# itself is emitted unchanged when extraction keeps it (tensat_tf/egraph/emit.py copies an original NodeDef).
+BINARY_ALIASES: dict[str, str] = {"AddN": "AddV2"}
 
 TABLE: dict[str, OpSpec] = {s.tf_op: s for s in _SPECS}
 TENSOR_FORMS: dict[str, OpSpec] = {s.tf_op: s for s in _TENSOR_FORMS}

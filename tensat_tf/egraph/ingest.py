@@ -267,6 +267,8 @@ class _Ingest:
         ing.lets[name] = let_name
         has_ctrl = any(i.startswith("^") for i in node.input) or name in self.ctrl_sources
         spec = ops.TABLE.get(node.op)
+        if node.op in ops.BINARY_ALIASES and len([i for i in node.input if not i.startswith("^")]) == 2:
+            spec = ops.TABLE[ops.BINARY_ALIASES[node.op]]
         literals = None
         if spec is not None and name not in self.keep and not has_ctrl:
             literals = _typed_literals(node, spec, self.nodes_by_name, self.shapes)
