@@ -259,3 +259,14 @@ def test_measured_falls_back_to_analytic_when_tf_cannot_run_the_op(measured_run)
     assert costs[bad] == analytic.costs(g)[bad]
     failed = [e for e in model.entries.values() if e["ms"] is None]
     assert len(failed) == 1 and "error" in failed[0]
+
+
+def test_an_elementwise_op_with_an_unnamed_operand_is_priced_on_its_output():
+    """A product whose operand has no shape in the analysis (a broadcast it does not derive) costs at least what an
+    op on output-sized operands costs, not the op's overhead alone (which made such forms look free)."""
+    from tensat_tf.cost import analytic
+    out = (1, 16, 16, 96)
+    unnamed = analytic.node_cost("Mul", (), None, out)
+    named = analytic.node_cost("Mul", (), [out, out], out)
+    assert unnamed == pytest.approx(named) and unnamed > 10 * analytic.CPU.overhead_ms("Mul")
+    assert analytic.node_cost("MatMul", (0, 0), None, (16, 96)) == analytic.CPU.overhead_ms("MatMul")

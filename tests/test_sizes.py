@@ -98,3 +98,19 @@ def test_a_reshape_of_a_new_symbolic_class_is_sized():
     exp2 = Exported(g, {"x": 0}, {0: (-2, -4, 8), 1: (-2, -4, 8), 2: (-1, 8), 3: ()}, ["Tensor"] * 4)
     sizes.attach(exp2, {"x:0": (b, None, 8)}, {"x:0": "x"}, frozenset({1}))
     assert 2 not in exp2.sizes
+
+
+def test_a_broadcast_product_takes_the_dims_that_are_not_one():
+    """Classes 0 (x [b, 4, 4, 8]), 1 (a row statistic [b, 4, 4, 1]), 2 = a product a rule made, with both operand
+    orders in its class (the one with the statistic first used to size the product [b, 4, 4, 1]), 3 = its [-1, 8]
+    reshape: rows b x 16."""
+    b = S.Sym(1, (1,))
+    nodes = [ENode("Input", 0, (), 0.0, ("x",)), ENode("Input", 1, (), 0.0, ("r",)),
+             ENode("Mul", 2, (1, 0), 0.0, ()), ENode("Mul", 2, (0, 1), 0.0, ()),
+             ENode("Reshape", 3, (2,), 0.0, ((-1, 8),))]
+    g = EGraphData.build(nodes, [3])
+    exp = Exported(g, {"x": 0, "r": 1}, {0: (-1, 4, 4, 8), 1: (-1, 4, 4, 1), 2: (-1, 4, 4, 8), 3: (-1, 8)},
+                   ["Tensor"] * 4)
+    sizes.attach(exp, {"x:0": (b, 4, 4, 8), "r:0": (b, 4, 4, 1)}, {"x:0": "x", "r:0": "r"}, frozenset({1}))
+    assert exp.sizes[2] == (b, 4, 4, 8)
+    assert exp.sizes[3] == (S.mul(16, b), 8)

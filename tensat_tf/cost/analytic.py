@@ -317,8 +317,15 @@ def node_cost(term: str, payload, in_shapes: Optional[Sequence[Shape]], out_shap
     """Cost in ms of one typed op (or structural node). Shapes may hold -1 (resolved with batch_size) or be None."""
     if term in STRUCTURAL_FREE:
         return 0.0
-    if term == "Op" or in_shapes is None:
+    if term == "Op":
         return device.overhead_ms(term)
+    if in_shapes is None:
+        if term not in _ELEMENTWISE or out_shape is None:
+            return device.overhead_ms(term)
+        # an operand the shape analysis cannot name (a broadcast it does not derive, e.g. [1,1,1,C] * [b,h,w,1]
+        # after a reassociation): priced as if every operand were output-sized, an upper bound, not as the op's
+        # overhead alone (which made such forms look free: ConvNeXt's layer norms, /tmp check)
+        in_shapes = [out_shape] * (2 if term in _BINARY_ELEMENTWISE else 1)
     ins = [concrete(s, batch_size) for s in in_shapes]
     out = concrete(out_shape, batch_size)
     try:
@@ -341,6 +348,7 @@ def node_cost(term: str, payload, in_shapes: Optional[Sequence[Shape]], out_shap
 
 
 _BINARY_ELEMENTWISE = frozenset({"AddV2", "Mul", "Sub", "BiasAdd"})
+_ELEMENTWISE = _BINARY_ELEMENTWISE | frozenset({"Relu", "ReluSix", "Sigmoid", "Tanh", "Neg", "Erfc", "Rsqrt"})
 
 
 def _broadcasts_vector(ins: Sequence[Shape]) -> bool:

@@ -63,7 +63,14 @@ def _derived(n, exp: Exported, known: dict, codes: dict) -> Optional[tuple]:
     if n.op in _SAME_AS_FIRST and kids and kids[0] is not None:
         return kids[0]
     if n.op in _BINARY and len(kids) == 2:
-        return next((k for k in kids if k is not None and len(k) == rank), None)
+        # broadcasting: a dim of the result is the operand's that is not 1 ([b, h, w, 1] * [b, h, w, C], a layer
+        # norm's row statistic; taking either operand whole priced ConvNeXt's Dense after F27 at one row)
+        same = [k for k in kids if k is not None and len(k) == rank]
+        if not same:
+            return None
+        shape = exp.shapes[n.eclass]
+        return tuple(shape[i] if shape[i] >= 0 else next((k[i] for k in same if k[i] != 1), same[0][i])
+                     for i in range(rank))
     if n.op == "MatMul" and len(kids) == 2 and all(k is not None and len(k) == 2 for k in kids):
         ta, tb = (bool(x) for x in n.payload[:2])
         return kids[0][1 if ta else 0], kids[1][0 if tb else 1]
