@@ -28,7 +28,7 @@ import math
 from typing import Optional, Sequence
 
 from tensat_tf import einsum, ops, terms
-from tensat_tf.cost import sizes
+from tensat_tf.cost import fusion, sizes
 from tensat_tf.cost.fusion import FUSED_ACTIVATIONS, HAZARD_MS, remapper_hazards
 from tensat_tf.egraph.data import EGraphData, Fused
 from tensat_tf.egraph.export import Exported
@@ -127,9 +127,9 @@ class Device:
 # `tensat_tf calibrate MODEL` prints the measured and the analytic sum of a model's op costs side by side.
 CPU = Device(
     "cpu", peak_gflops=110.0, bandwidth_gbs=90.0, op_overhead_us=0.3,
-    overhead_us_by_term=(("Reshape", 0.1), ("ReshapeT", 0.1), ("MatMul", 0.5), ("BatchMatMulV2", 2.8), ("AvgPool", 2.8),
-                         ("Transpose", 3.7), ("MaxPool", 4.7), ("Conv2D", 5.5), ("DepthwiseConv2dNative", 8.3),
-                         ("FusedBatchNormV3", 4.5), ("Einsum", 3.2)),
+    overhead_us_by_term=(("Reshape", 0.1), ("ReshapeT", 0.1), ("MatMul", 0.5), ("BatchMatMulV2", 2.8),
+                         ("AvgPool", 2.8), ("Transpose", 3.7), ("MaxPool", 4.7), ("Conv2D", 5.5),
+                         ("DepthwiseConv2dNative", 8.3), ("FusedBatchNormV3", 4.5), ("Einsum", 3.2)),
     flops_per_element_by_term=(("Tanh", 35.0), ("Sigmoid", 64.0), ("Erfc", 150.0)),
     strided_copy_efficiency=0.5, broadcast_efficiency=0.3, fused_contractions=("Conv2D",),
     fused_activations=FUSED_ACTIVATIONS, call_overhead_us=160.0, fused_matmul_us=4.5,
@@ -142,8 +142,8 @@ CPU = Device(
 # cuBLAS algorithm selection and workspace; Reshape launches no kernel. Tanh / sigmoid count 8 FLOPs per element
 # (special-function units run at a fraction of the FP32 rate; an estimate). Small ops are therefore overhead-bound
 # on GPUs, which is the property that matters for ranking (merging small ops pays off more than on CPU).
-_GPU_OVERHEADS = (("Reshape", 1.0), ("ReshapeT", 1.0), ("MatMul", 8.0), ("BatchMatMulV2", 8.0), ("Einsum", 8.0), ("Conv2D", 10.0),
-                  ("DepthwiseConv2dNative", 10.0))
+_GPU_OVERHEADS = (("Reshape", 1.0), ("ReshapeT", 1.0), ("MatMul", 8.0), ("BatchMatMulV2", 8.0), ("Einsum", 8.0),
+                  ("Conv2D", 10.0), ("DepthwiseConv2dNative", 10.0))
 GPU_T4 = Device("gpu-t4", peak_gflops=8100.0, bandwidth_gbs=320.0, op_overhead_us=5.0,
                        overhead_us_by_term=_GPU_OVERHEADS, flops_per_element_by_term=(("Tanh", 8.0), ("Sigmoid", 8.0)),
                        strided_copy_efficiency=0.5)
@@ -320,12 +320,12 @@ def node_cost(term: str, payload, in_shapes: Optional[Sequence[Shape]], out_shap
     if term == "Op":
         return device.overhead_ms(term)
     if in_shapes is None:
-        if term not in _ELEMENTWISE or out_shape is None:
+        if term not in _ELEMENTWISE or term not in ops.BY_TERM or out_shape is None:
             return device.overhead_ms(term)
         # an operand the shape analysis cannot name (a broadcast it does not derive, e.g. [1,1,1,C] * [b,h,w,1]
         # after a reassociation): priced as if every operand were output-sized, an upper bound, not as the op's
         # overhead alone (which made such forms look free: ConvNeXt's layer norms, /tmp check)
-        in_shapes = [out_shape] * (2 if term in _BINARY_ELEMENTWISE else 1)
+        in_shapes = [out_shape] * ops.BY_TERM[term].n_tensor_inputs
     ins = [concrete(s, batch_size) for s in in_shapes]
     out = concrete(out_shape, batch_size)
     try:
@@ -348,7 +348,7 @@ def node_cost(term: str, payload, in_shapes: Optional[Sequence[Shape]], out_shap
 
 
 _BINARY_ELEMENTWISE = frozenset({"AddV2", "Mul", "Sub", "BiasAdd"})
-_ELEMENTWISE = _BINARY_ELEMENTWISE | frozenset({"Relu", "ReluSix", "Sigmoid", "Tanh", "Neg", "Erfc", "Rsqrt"})
+_ELEMENTWISE = sizes.SAME_AS_FIRST | sizes.BINARY      # elementwise terms, as cost/sizes.py propagates their sizes
 
 
 def _broadcasts_vector(ins: Sequence[Shape]) -> bool:
@@ -380,7 +380,6 @@ def fusion_terms(exp: Exported, costs_ms: list[float], batch_size: int,
     what it costs more when that does not hold (its separate price less its fused one): EGraphData.fused."""
     if not device.fused_contractions and not device.fused_activations:
         return costs_ms, {}
-    from tensat_tf.cost import fusion
     const = constant_classes(exp.egraph)
     out = list(costs_ms)
     terms: dict[int, Fused] = {}

@@ -29,10 +29,10 @@ with Grappler on and listing the kernels that ran (tensat_tf/cost/fusion_bench.p
          128 / 512: MatMul 13.8 / 16.9 / 24.9 / 62.6; + fused BiasAdd 18.0 / 21.9 / 29.8 / 67.4 (+4.2-5.0); + a
          separate BiasAdd (after a reshape, as Keras' Dense on [batch, seq, C] writes it) 15.1 / 18.8 / 29.8 / 74.9;
          + fused bias + GELU 18.4 / 22.6 / 35.7 / 87.3 (the GELU epilogue 0.3 ns per element); + separate bias and
-         GELU 17.8 / 26.8 / 59.5 / 189.8 (a kernel trace at 128 / 512 rows: Erfc 22.6 / 88.5 us). So a MatMul's bias costs Device.fused_matmul_us (matmul_biases), the
-         fused Erfc 33 FLOP-equivalents per element (Device.fused_flops_per_element_by_term), and moving a bias and
-         a GELU onto a MatMul (F18, F19, F23, F24) pays from a few dozen rows, not on a handful (measured on the
-         zoo's encoder at sequence 8: 0.97x).
+         GELU 17.8 / 26.8 / 59.5 / 189.8 (a kernel trace at 128 / 512 rows: Erfc 22.6 / 88.5 us). So a MatMul's
+         bias costs Device.fused_matmul_us (matmul_biases), the fused Erfc 33 FLOP-equivalents per element
+         (Device.fused_flops_per_element_by_term), and moving a bias and a GELU onto a MatMul (F18, F19, F23, F24)
+         pays from a few dozen rows, not on a handful (measured on the zoo's encoder at sequence 8: 0.97x).
   Not priced: Keras' hard swish, relu6(3 + y) * (1/6 * y), on a (depthwise) conv's BiasAdd. In a plain graph TF's
          remapper fuses it (BiasAdd, _FusedHardSwish; 155 against 271 us per copy at [1,56,56,72]), but inside a
          SavedModel's function body, as served, it stays four ops (checked on a one-layer SavedModel and on

@@ -18,8 +18,8 @@ from tensat_tf.egraph.export import Exported
 from tensat_tf.options import UNKNOWN_DIM
 
 # terms whose output has the shape of their first tensor input (elementwise with a same-or-broadcast second one)
-_SAME_AS_FIRST = frozenset("""Relu ReluSix Sigmoid Tanh Neg Erfc Rsqrt Exp Sqrt Identity BiasAdd""".split())
-_BINARY = frozenset("""AddV2 Mul Sub RealDiv SquaredDifference Maximum Minimum""".split())
+SAME_AS_FIRST = frozenset("""Relu ReluSix Sigmoid Tanh Neg Erfc Rsqrt Exp Sqrt Identity BiasAdd""".split())
+BINARY = frozenset("""AddV2 Mul Sub RealDiv SquaredDifference Maximum Minimum""".split())
 
 
 def exported(eg, ing) -> Exported:
@@ -60,9 +60,9 @@ def attach(exp: Exported, sizes: dict, output_lets: dict, batch_bases: frozenset
 def _derived(n, exp: Exported, known: dict, codes: dict) -> Optional[tuple]:
     kids = [known.get(c, _decoded(exp.shapes.get(c), codes)) for c in n.children]
     rank = len(exp.shapes[n.eclass])
-    if n.op in _SAME_AS_FIRST and kids and kids[0] is not None:
+    if n.op in SAME_AS_FIRST and kids and kids[0] is not None:
         return kids[0]
-    if n.op in _BINARY and len(kids) == 2:
+    if n.op in BINARY and len(kids) == 2:
         # broadcasting: a dim of the result is the operand's that is not 1 ([b, h, w, 1] * [b, h, w, C], a layer
         # norm's row statistic; taking either operand whole priced ConvNeXt's Dense after F27 at one row)
         same = [k for k in kids if k is not None and len(k) == rank]
