@@ -169,6 +169,27 @@ def test_ilp_pays_for_a_second_reader_of_a_fused_contraction(solver):
     assert dag.dag_cost(_with_fused(egraph(FANOUT, [4, 1]), {2: (1, 2.0)}), fan_out) == 12.0
 
 
+# An activation fuses only behind a bias that fuses itself (dag.unfused). Classes: 0 = input, 1 = K: conv(input) or
+# split0(input) (a merged conv's Split output: cheaper alone), 2 = B = bias(K), 3 = root relu(B). With split0 the
+# bias runs alone, and so does the relu: 2.5 + 3 + 3 = 8.5 against conv's 5 + 1 + 1 = 7. Priced without the chain,
+# split0 looked cheaper (2.5 + 3 + 1 = 6.5): Inception-ResNet-v2's 42 conv merges measured 0.978x that way.
+CHAIN = [("in", 0, (), 0.0), ("conv", 1, (0,), 5.0), ("split0", 1, (0,), 2.5), ("bias", 2, (1,), 1.0),
+         ("relu", 3, (2,), 1.0)]
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_an_activation_runs_alone_behind_a_bias_that_runs_alone(solver):
+    eg = _with_fused(egraph(CHAIN, [3]), {3: (1, 2.0, [1]), 4: (2, 2.0, [3])})
+    conv, split = {0: 0, 1: 1, 2: 3, 3: 4}, {0: 0, 1: 2, 2: 3, 3: 4}
+    assert dag.unfused(eg, conv) == set() and dag.unfused(eg, split) == {3, 4}
+    assert dag.dag_cost(eg, conv) == 7.0 and dag.dag_cost(eg, split) == 8.5
+    res = ilp.solve_ilp(eg, split, 10, solver, rel_gap=0.0)
+    assert res.choice[1] == 1 and dag.dag_cost(eg, res.choice) == 7.0 == brute_force(eg) and res.status == "optimal"
+    # the relu's own condition still holds alone: a second reader of B breaks it whatever K is
+    two = _with_fused(egraph(CHAIN + [("pair", 4, (2, 3), 1.0)], [4]), {3: (1, 2.0, [1]), 4: (2, 2.0, [3])})
+    assert dag.unfused(two, {**conv, 4: 5}) == {4}
+
+
 # Classes: 0 = input, 1 = Y (conv + bias, or another form "alt"), 2 = S = sigmoid(Y), 3 = root mul(Y, S), or a
 # costlier "whole" node reading Y alone. sigmoid and mul both read Y: as partners they keep each other's fusion.
 SWISH = [("in", 0, (), 0.0), ("convbias", 1, (0,), 5.0), ("alt", 1, (0,), 4.0), ("sigmoid", 2, (1,), 1.0),

@@ -38,22 +38,43 @@ def prune(egraph: EGraphData, choice: Choice) -> dict[int, int]:
 
 def dag_cost(egraph: EGraphData, choice: Choice) -> float:
     """Sum of self costs of the chosen nodes reachable from the roots, each counted once (shared subgraphs once),
-    plus the extra of every chosen fused node whose fusion the program does not allow (EGraphData.fused)."""
+    plus the extra of every chosen fused node whose fusion the program does not allow (EGraphData.fused, unfused)."""
     needed = sorted(reachable_classes(egraph, choice))
     cost = sum(egraph.nodes[choice[c]].cost for c in needed)
-    if egraph.fused:
-        readers: dict[int, set[int]] = defaultdict(set)     # class -> the chosen nodes reading it (-1: a root)
-        for r in egraph.roots:
-            readers[r].add(-1)
-        for c in needed:
-            for k in egraph.nodes[choice[c]].children:
-                readers[k].add(choice[c])
-        for c in needed:
-            i = choice[c]
-            f = egraph.fused.get(i)
-            if f is not None and (readers[f.reads] - {i} - f.partners or choice[f.reads] not in f.producers):
-                cost += f.extra
-    return cost
+    return cost + sum(egraph.fused[i].extra for i in unfused(egraph, choice))
+
+
+def unfused(egraph: EGraphData, choice: Choice) -> set[int]:
+    """The chosen fused nodes (EGraphData.fused) that run as separate ops in the program `choice` describes: the node
+    chosen for their `reads` is not one of their producers, or another node reads it (partners aside; a root counts
+    as a reader), or that producer is itself a fused node that runs separately (an activation on a bias that did not
+    fuse into its convolution runs alone too)."""
+    if not egraph.fused:
+        return set()
+    needed = reachable_classes(egraph, choice)
+    readers: dict[int, set[int]] = defaultdict(set)     # class -> the chosen nodes reading it (-1: a root)
+    for r in egraph.roots:
+        readers[r].add(-1)
+    for c in needed:
+        for k in egraph.nodes[choice[c]].children:
+            readers[k].add(choice[c])
+    out: set[int] = set()
+    state: dict[int, bool] = {}                         # fused node -> runs alone (memo along producer chains)
+
+    def runs_alone(i: int) -> bool:
+        if i not in state:
+            state[i] = False                            # a cyclic choice: treat the back edge as fused
+            f = egraph.fused[i]
+            j = choice.get(f.reads)
+            state[i] = bool(readers[f.reads] - {i} - f.partners or j not in f.producers
+                            or (j in egraph.fused and runs_alone(j)))
+        return state[i]
+
+    for c in needed:
+        i = choice[c]
+        if i in egraph.fused and runs_alone(i):
+            out.add(i)
+    return out
 
 
 def class_graph(egraph: EGraphData, choice: Choice) -> nx.DiGraph:

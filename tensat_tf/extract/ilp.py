@@ -10,8 +10,9 @@ Model, on the reduced e-graph (reduce.py):
   fused (EGraphData.fused: node i costs e_i more unless class k = reads(i) is computed by one of producers(i)
              and i is its only reader, partners(i) aside): a column 0 <= p_i <= 1 of cost e_i, p_i >= x_i + x_m - 1
              for every other node m with child k, not a partner (p_i >= x_i when k is a root), and
-             p_i >= x_i - sum_{j in producers(i)} x_j: p_i is 1 exactly when the program pays the extra, as
-             dag.dag_cost counts
+             p_i >= x_i - sum_{j in producers(i)} x_j, and p_i >= x_i + p_j - 1 for each producer j that is
+             itself fused and may run alone: p_i is 1 exactly when the program pays the extra, as dag.unfused
+             counts
 Acyclicity, two ways (chosen by measurement, see BENCHMARKS.md):
   "order": a real t_c per class, only for classes on a cycle of the e-graph (a strongly connected component, SCC):
            t_c - t_k >= 1 - M (1 - sum_{i in c, k in kids(i)} x_i)  for each class edge c->k inside one SCC,
@@ -122,8 +123,21 @@ class _Model:
                 others = [o for o in readers.get(f.reads, ()) if o != i and o not in f.partners]
                 producers = [j for j in red.classes[f.reads] if j in f.producers]
                 if others or f.reads in roots or len(producers) < len(red.classes[f.reads]):
-                    p = m.add_col(f"p{i:0{node_width}d}", float(f.extra), 0, 1, False)
-                    self.penalty[i] = (p, others, producers)
+                    self.penalty[i] = (-1, others, producers)
+            # a fused node whose producer may itself run alone may run alone too (dag.unfused): to a fixpoint
+            grown = True
+            while grown:
+                grown = False
+                for i in red.nodes:
+                    f = egraph.fused.get(i)
+                    if i not in self.penalty and f is not None and f.reads in red.classes and any(
+                            j in self.penalty for j in red.classes[f.reads] if j in f.producers):
+                        self.penalty[i] = (-1, [], [j for j in red.classes[f.reads] if j in f.producers])
+                        grown = True
+            for i in sorted(self.penalty):
+                _, others, producers = self.penalty[i]
+                self.penalty[i] = (m.add_col(f"p{i:0{node_width}d}", float(egraph.fused[i].extra), 0, 1, False),
+                                   others, producers)
             for i, (p, others, producers) in self.penalty.items():     # rows only once every column is in
                 if egraph.fused[i].reads in roots:
                     m.add_row([p, cols[i]], [1.0, -1.0], lo=0)
@@ -132,6 +146,9 @@ class _Model:
                 if len(producers) < len(red.classes[egraph.fused[i].reads]):
                     m.add_row([p, cols[i]] + [cols[j] for j in producers], [1.0, -1.0] + [1.0] * len(producers),
                               lo=0)
+                for j in producers:                                     # p_i >= x_i + p_j - 1
+                    if j in self.penalty:
+                        m.add_row([p, cols[i], self.penalty[j][0]], [1.0, -1.0, -1.0], lo=-1)
         in_class = {c: [cols[j] for j in members] for c, members in red.classes.items()}
         for r in red.roots:
             m.add_row(in_class[r], [1.0] * len(in_class[r]), lo=1)
@@ -176,12 +193,9 @@ class _Model:
         for c, i in choice.items():
             if i in self.col:
                 start[self.col[i]] = 1.0
-        chosen = set(choice.values())
-        for i, (p, others, producers) in self.penalty.items():
-            k = self.egraph.fused[i].reads
-            if i in chosen and (k in self.red.roots or any(o in chosen for o in others)
-                                or choice.get(k) not in producers):
-                start[p] = 1.0
+        for i in dag.unfused(self.egraph, choice):
+            if i in self.penalty:
+                start[self.penalty[i][0]] = 1.0
         if self.t:
             order = reversed(list(nx.topological_sort(dag.class_graph(self.egraph, choice))))
             rank: dict[int, int] = defaultdict(int)

@@ -7,7 +7,8 @@ Each step removes only nodes that no optimal acyclic choice needs:
      can never use a class outside this set; iterated "empty child class" removal would miss classes that only feed
      themselves through a cycle.
   3. Dominated nodes: b dominates a (same class) when b's child classes are a subset of a's and b costs no more,
-     counting b's fused extra (EGraphData.fused) as paid and a's as not. Swapping a for b in any
+     counting b's fused extra (EGraphData.fused) as paid, with those of the fused nodes it produces for (their
+     fusion needs b's: dag.unfused), and a's as not. Swapping a for b in any
      acyclic choice keeps it acyclic (b's edges are a subset of a's, into classes already chosen) and costs no more
      (b reads fewer classes, so no other node's extra is added), provided b is a producer of every fused node a is
      one of (a conv that a bias fuses with is not dominated by a cheaper Split output) and a partner of every one
@@ -76,9 +77,19 @@ def _drop_ungroundable(egraph: EGraphData, kids: list[tuple[int, ...]], alive: l
             alive[i] = False
 
 
+def _chain_extra(egraph: EGraphData, i: int, produces: dict[int, set[int]], memo: dict[int, float]) -> float:
+    """The most that choosing fused node i can add in extras: its own, and, as a producer that may run alone, those of
+    the fused nodes it produces for, down the chain (dag.unfused). 0 for a node that is not fused."""
+    if i not in egraph.fused:
+        return 0.0
+    if i not in memo:
+        memo[i] = egraph.fused[i].extra
+        memo[i] += sum(_chain_extra(egraph, j, produces, memo) for j in sorted(produces.get(i, ())))
+    return memo[i]
+
+
 def _drop_dominated(egraph: EGraphData, kids: list[tuple[int, ...]], alive: list[bool]) -> None:
     cost = [n.cost for n in egraph.nodes]
-    worst = [c + (egraph.fused[i].extra if i in egraph.fused else 0.0) for i, c in enumerate(cost)]
     produces: dict[int, set[int]] = {}          # node -> the fused nodes it is a producer for
     partner: dict[int, set[int]] = {}           # node -> the fused nodes it is a partner of
     for f_node, f in egraph.fused.items():
@@ -86,6 +97,7 @@ def _drop_dominated(egraph: EGraphData, kids: list[tuple[int, ...]], alive: list
             produces.setdefault(j, set()).add(f_node)
         for j in f.partners:
             partner.setdefault(j, set()).add(f_node)
+    worst = [c + _chain_extra(egraph, i, produces, {}) for i, c in enumerate(cost)]
     none: set[int] = set()
     for members in egraph.classes:
         live = [i for i in members if alive[i]]
