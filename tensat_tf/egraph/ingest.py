@@ -95,6 +95,11 @@ class Ingested:
 # broadcasts against x's dim without changing it, and removing it keeps rank(c) <= rank(x), so the result's rank
 # (x's) and every value are the same. With rank(c) > rank(x) the leading 1s add dims to the result: not squeezed.
 BROADCAST_OPS = ("AddV2", "Mul", "Sub")
+# BIAS_AT_INGEST: an AddV2 of a tensor y and a per-channel weight ([C], or [1,..,1,C] squeezed as above, C = y's last
+# dim) is also a BiasAdd (rule F05's rewrite) from the start. Keras writes a folded BatchNormalization as that AddV2,
+# and the multi-pattern merges written on BiasAdd (MERGE-CONV-BIAS-*, MERGE-DENSE-*: rules/merge.rules) run only in
+# the first iteration, before F05's BiasAdds exist: on Inception-ResNet-v2 only the bare MERGE-CONV-2 matched, which
+# leaves every branch's bias and ReLU outside the merged convolution's kernel.
 
 
 def _tensor_ref(inp: str) -> tuple[str, int]:
@@ -333,7 +338,25 @@ class _Ingest:
             if any(squeezed):
                 alt = [L.var(sq) if sq else self._ref(i) for sq, i in zip(squeezed, tensor_inputs)]
                 commands.append(L.union(L.var(let_name), L.call(spec.term, lit_args + alt)))
+            if node.op == "AddV2":
+                self._bias_form(let_name, tensor_inputs, squeezed)
         return spec.outputs != "one"
+
+    def _bias_form(self, let_name: str, tensor_inputs: list[str], squeezed: list[Optional[str]]) -> None:
+        """Union AddV2(y, b) with BiasAdd(y, b) when b is a weight of shape [C] (after squeezing) and C is y's last
+        dim, in either operand order: rule F05's rewrite, done at ingest (see BIAS_AT_INGEST)."""
+        shapes = self.shapes
+        for k in (0, 1):
+            y, b = tensor_inputs[k], tensor_inputs[1 - k]
+            b_let = squeezed[1 - k] or self.ing.output_lets[_tensor_name(*_tensor_ref(b))]
+            y_shape = shapes.get(_tensor_name(*_tensor_ref(y)))
+            b_shape = shapes.get(_tensor_name(*_tensor_ref(b)))
+            if self.ing.terms[b_let].op != "Weight" or y_shape is None or b_shape is None or len(y_shape) < 2:
+                continue
+            lead = next((j for j, d in enumerate(b_shape) if d != 1), len(b_shape))
+            if len(b_shape) - lead == 1 and len(b_shape) <= len(y_shape) and b_shape[-1] == y_shape[-1] > 0:
+                self.commands.append(L.union(L.var(let_name), L.call("BiasAdd", [self._ref(y), L.var(b_let)])))
+                return
 
     def _opaque(self, let_name: str, node) -> bool:
         self.ing.opaque[node.name] = node
