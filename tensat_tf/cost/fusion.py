@@ -117,8 +117,8 @@ class Site:
 def fusion_sites(exp: Exported, contractions=CONTRACTIONS, activations=FUSED_ACTIVATIONS) -> dict[int, Site]:
     """node index -> Site for every fused epilogue node (see fused_nodes). The remapper fuses it only when `reads` is
     computed by one of `producers` and the node is its only reader: which depends on the extracted program, not on
-    the e-graph, so extraction prices it (egraph/data.py EGraphData.fused). An activation is not checked against
-    its bias's own conditions (a second-order miss: the bias is priced unfused then, the activation still fused)."""
+    the e-graph, so extraction prices it (egraph/data.py EGraphData.fused). An activation's producers are its fused
+    bias nodes: extraction also runs it alone when that bias runs alone (extract/dag.py unfused)."""
     g = exp.egraph
     offers = _offers(g, contractions)
     fused: dict[int, Site] = {}
