@@ -182,7 +182,7 @@ class TensatPass:
         ingest_mod.load(eg, ing)
         stats.typed_nodes, stats.opaque_nodes = len(ing.typed), len(ing.opaque)
         lap("ingest")
-        model = cost_mod.get_model(o.cost_model, batch_size=o.batch_size)
+        model = cost_mod.get_model(o.cost_model, batch_size=o.batch_size, unknown_dim=o.unknown_dim)
         sat = saturate(eg, self.ruleset, o.budget, progress=self.progress,
                        probe=self._probe(ing, model) if o.probe_seconds > 0 else None)
         stats.saturation = sat.to_json()

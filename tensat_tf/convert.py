@@ -50,7 +50,8 @@ def _write_and_verify(run: _Run, staged: str) -> None:
     pairs = [(name, sig.inputs, sig.outputs, sig.function, reloaded.signatures[name],
               (sig.call_frozen, verify_mod.rounding_twin(sig.graph_def, sig.inputs, sig.outputs)))
              for name, sig in sorted(model.signatures.items())]
-    result = verify_mod.verify(pairs, options.verify_batch_sizes, options.seed, options.rtol)
+    result = verify_mod.verify(pairs, options.verify_batch_sizes, options.seed, options.rtol,
+                               unknown_dim=options.engine.unknown_dim)
     run.watch.lap("verify")
     for name in report["signatures"]:
         mine = {k: v for k, v in result.per_output.items() if k.startswith(name + "/")}
@@ -62,7 +63,8 @@ def _write_and_verify(run: _Run, staged: str) -> None:
             "per_output": mine,
         }
     report["verification"] = {"max_abs_diff": result.max_abs_diff, "max_rel_diff": result.max_rel_diff,
-                              "passed": result.passed, "batch_sizes": list(result.batch_sizes)}
+                              "passed": result.passed, "batch_sizes": list(result.batch_sizes),
+                              "unknown_dim": options.engine.unknown_dim}
     if not result.passed:
         bad = sorted(k for k, v in result.per_output.items() if not v["passed"])
         raise errors.VerificationFailed(
@@ -102,7 +104,8 @@ def _profile(run: _Run, staged: str) -> list[str]:
             seen[key] = name
             try:
                 r = latency.decide([run.path, staged], name, profile_batch_sizes(options), options.profile_threads,
-                                       margin=options.profile_margin, seconds=options.profile_seconds)
+                                       margin=options.profile_margin, seconds=options.profile_seconds,
+                                       unknown_dim=options.engine.unknown_dim)
                 keep = r.pop("keep")
                 ratios = [s["decision"]["ratio"] for s in r["settings"] if s["decision"]["ratio"] is not None]
                 # speedup: the smallest median ratio over the settings (tensat_tf/batch.py reads it)
@@ -132,7 +135,8 @@ def _deploy_extras(run: _Run, staged: str):
     if options.warmup:
         run.stage("writing warm-up records and replaying them through the TF1 loader")
         report["warmup"] = serving.write_warmup(staged, model, options.verify_batch_sizes, options.seed,
-                                                options.warmup_name(run.output_dir), tolerances, options.tags)
+                                                options.warmup_name(run.output_dir), tolerances, options.tags,
+                                                options.engine.unknown_dim)
         run.watch.lap("warmup")
     if not options.emit_onnx:
         return None
@@ -144,7 +148,8 @@ def _deploy_extras(run: _Run, staged: str):
     published = (report["signatures"][name].get("profile") or {}).get("published")
     pending, report["onnx"] = onnx_export.emit(run.output_dir, staged, model, graphs, options.verify_batch_sizes,
                                                options.seed, options.onnx_signature, tolerances, profile,
-                                               original_published=published == "original")
+                                               original_published=published == "original",
+                                               unknown_dim=options.engine.unknown_dim)
     run.watch.lap("onnx")
     return pending
 
@@ -166,7 +171,8 @@ def convert(src: str, output_dir: str, options: Options = Options()) -> dict:
         onnx_export.check_target(output_dir, options.overwrite)
     model = run.model = load_mod.load(run.path, tags=options.tags, only=options.signatures,
                                       allow_ops=options.allow_ops)
-    verify_mod.check_original(model, options.verify_batch_sizes, options.seed)    # before the work: OriginalFails
+    verify_mod.check_original(model, options.verify_batch_sizes, options.seed,    # before the work: OriginalFails
+                              options.engine.unknown_dim)
     if options.emit_onnx:
         onnx_export.pick_signature(list(model.signatures), options.onnx_signature)    # fail before the work
     watch.lap("load_freeze")

@@ -44,6 +44,7 @@ import time
 from typing import Optional, Sequence
 
 from tensat_tf import speedup
+from tensat_tf.options import UNKNOWN_DIM
 
 BLOCKS, RUNS, WARMUP = 10, 15, 5       # measure(): fixed blocks; runs per block at most RUNS
 BLOCK_SECONDS = 0.3     # measure() with runs=None: calls per block so one block of the first model takes about this
@@ -179,7 +180,7 @@ def _subjects(request: dict, threads: int):
         sessions.append((sess, names))
 
     def feeds_for(batch: int) -> dict:
-        return random_inputs(specs, batch, seed=0)
+        return random_inputs(specs, batch, seed=0, unknown_dim=request.get("unknown_dim", UNKNOWN_DIM))
 
     def subjects(feeds: dict) -> list:
         out = [(lambda fn=fn: fn(**feeds)) for fn in fns]
@@ -395,11 +396,11 @@ def run_worker(module: str, request: dict, timeout_s: float, what: str, error=No
 
 def measure(paths: Sequence[str], signature: str, batch_size: int = 1, xla: bool = False, blocks: int = BLOCKS,
             runs: Optional[int] = None, timeout_s: float = 900.0, onnx: Sequence[str] = (),
-            threads: int = 1) -> dict:
+            threads: int = 1, unknown_dim: int = UNKNOWN_DIM) -> dict:
     """Time `signature` of each SavedModel in `paths` (interleaved, same inputs) in a fresh worker process, and each
     ONNX model in `onnx` under ONNX Runtime (ORT_ENABLE_ALL) in the same blocks. `runs` calls per block (None: as many
     as fill BLOCK_SECONDS for the first model, between 3 and RUNS). `threads`: 1 (one intra-op and one inter-op
-    thread) or 0 (TF's and ONNX Runtime's defaults).
+    thread) or 0 (TF's and ONNX Runtime's defaults). Every unknown dim but the batch is unknown_dim long.
 
     Two workers when a runtime has two subjects or more, one per load order (module docstring); each subject's
     latency is then `balance`d over both.
@@ -408,7 +409,7 @@ def measure(paths: Sequence[str], signature: str, batch_size: int = 1, xla: bool
         "onnxruntime": [...] if onnx}."""
     paths, onnx = [os.path.abspath(p) for p in paths], [os.path.abspath(p) for p in onnx]
     request = {"paths": paths, "signature": signature, "batch_size": batch_size, "xla": xla, "blocks": blocks,
-               "runs": runs, "onnx": onnx, "threads": threads}
+               "runs": runs, "onnx": onnx, "threads": threads, "unknown_dim": unknown_dim}
     what = f"profiling {signature}"
     first = run_worker("tensat_tf.latency", request, timeout_s, what)
     if not reorders([len(paths), len(onnx)]):
@@ -428,13 +429,14 @@ def looks(tests: int, level: float = LEVEL) -> list[int]:
 
 def decide(paths: Sequence[str], signature: str, batch_sizes: Sequence[int], threads: Sequence[int] = THREADS,
            onnx: Sequence[str] = (), spec_path: Optional[str] = None, margin: float = speedup.MARGIN,
-           level: float = LEVEL, seconds: float = 10.0, timeout_s: float = 900.0) -> dict:
+           level: float = LEVEL, seconds: float = 10.0, timeout_s: float = 900.0,
+           unknown_dim: int = UNKNOWN_DIM) -> dict:
     """Is the second subject faster than the first (faster in some setting, slower in none)? Subjects: the
     SavedModels in `paths`, then the
     ONNX models in `onnx` (exactly two in all: original, candidate). `spec_path`: a SavedModel whose signature gives
     the inputs when `paths` is empty. `seconds`: measuring time for all settings together (worker start-up, model
     loading and warm-up not included), shared evenly by the thread settings still to run and by the two load orders
-    of each (module docstring).
+    of each (module docstring). Every unknown dim but the batch is unknown_dim long.
 
     -> {"device", "keep": bool (speedup.keep over every setting), "settings": [{"batch_size", "threads",
         "decision": Decision json, "original": Latency json, "candidate": Latency json, "runs"}] (settings that
@@ -458,7 +460,8 @@ def decide(paths: Sequence[str], signature: str, batch_sizes: Sequence[int], thr
     # a pair of workers per thread setting (both load orders), all started (TF import, model loading) at once; they
     # measure one after another
     workers = [[_Worker({"paths": p, "onnx": o, "spec_path": os.path.abspath(spec_path) if spec_path else None,
-                         "signature": signature, "batch_sizes": batch_sizes, "threads": t}) for p, o in orders]
+                         "signature": signature, "batch_sizes": batch_sizes, "threads": t,
+                         "unknown_dim": unknown_dim}) for p, o in orders]
                for t in threads]
     try:
         ready = [w.receive(deadline) for pair in workers for w in pair]      # {"ready": true, "device"}

@@ -29,6 +29,7 @@ from collections import Counter
 from typing import Optional, Sequence
 
 from tensat_tf import errors
+from tensat_tf.options import UNKNOWN_DIM
 from tensat_tf.io import save as save_mod
 
 OPSET = 17
@@ -89,7 +90,8 @@ def convert_signature(sig, graph_def, opset: int = OPSET):
     return model
 
 
-def check(model_bytes: bytes, sig, reference_fn, batch_sizes: Sequence[int], seed: int, tolerances: dict) -> dict:
+def check(model_bytes: bytes, sig, reference_fn, batch_sizes: Sequence[int], seed: int, tolerances: dict,
+          unknown_dim: int = UNKNOWN_DIM) -> dict:
     """Run the ONNX model with onnxruntime on verification's inputs and compare with reference_fn (the SavedModel)."""
     try:
         import onnxruntime as ort
@@ -106,7 +108,7 @@ def check(model_bytes: bytes, sig, reference_fn, batch_sizes: Sequence[int], see
     by_key_out = {s.key: s.key if s.key in out_names else s.tensor for s in sig.outputs}
     per, worst = {}, 0.0
     for b in batch_sizes:
-        feeds = verify.random_inputs(sig.inputs, b, seed + b)
+        feeds = verify.random_inputs(sig.inputs, b, seed + b, unknown_dim)
         ref = reference_fn(**feeds)
         got = sess.run([by_key_out[s.key] for s in sig.outputs], {by_key_in[k]: v.numpy() for k, v in feeds.items()})
         for spec, value in zip(sig.outputs, got):
@@ -151,7 +153,8 @@ def _write_temp(final: str, data: bytes) -> Pending:
     return pending
 
 
-def _race(sig, ours: Pending, original_fn, batch_sizes, seed, tolerances, staged: str, profile: dict):
+def _race(sig, ours: Pending, original_fn, batch_sizes, seed, tolerances, staged: str, profile: dict,
+          unknown_dim: int):
     """tf2onnx's conversion of the user's original signature against ours under ONNX Runtime (tensat_tf/latency.py
     decide: paired blocks, every batch size and thread setting); -> (the Pending to publish, (its ModelProto and
     check result) when it is the original's, the report entry)."""
@@ -164,14 +167,14 @@ def _race(sig, ours: Pending, original_fn, batch_sizes, seed, tolerances, staged
     theirs = _write_temp(ours.final, theirs_data)
     try:
         try:
-            checked = check(theirs_data, sig, original_fn, batch_sizes, seed, tolerances)
+            checked = check(theirs_data, sig, original_fn, batch_sizes, seed, tolerances, unknown_dim)
         except errors.ExportFailed as e:
             theirs.discard()
             return ours, None, {"published": "optimized", "reason": f"the original's conversion fails its check: {e}"}
         try:
             r = latency.decide([], sig.name, profile["batch_sizes"], profile["threads"],
                                    onnx=[theirs.tmp, ours.tmp], spec_path=staged, margin=profile["margin"],
-                                   seconds=profile["seconds"])
+                                   seconds=profile["seconds"], unknown_dim=unknown_dim)
         except latency.ProfileError as e:
             ours.discard()
             return theirs, (theirs_model, checked), {"published": "original", "reason": f"profiling failed: {e}"}
@@ -189,13 +192,14 @@ def _race(sig, ours: Pending, original_fn, batch_sizes, seed, tolerances, staged
 
 def emit(output_dir: str, staged: str, model, graphs: dict, batch_sizes: Sequence[int], seed: int,
          signature: Optional[str], tolerances: dict, profile: Optional[dict] = None,
-         original_published: bool = False) -> tuple[Pending, dict]:
+         original_published: bool = False, unknown_dim: int = UNKNOWN_DIM) -> tuple[Pending, dict]:
     """Convert, write to a temporary file beside OUT, check against the staged SavedModel (loaded back).
 
     With `profile` ({"batch_sizes", "threads", "seconds", "margin"}: convert --profile), the file follows the same
     rule as the SavedModel: unless the signature already publishes the original graph (`original_published`), tf2onnx's
     conversion of the original signature is checked against the original and timed against ours under ONNX Runtime,
-    and ours is written only when measured faster."""
+    and ours is written only when measured faster. Every unknown dim but the batch is unknown_dim long in the checks
+    and the timing."""
     import tensorflow as tf
     name = pick_signature(list(graphs), signature)
     sig = model.signatures[name]
@@ -205,13 +209,13 @@ def emit(output_dir: str, staged: str, model, graphs: dict, batch_sizes: Sequenc
     choice = None
     try:
         loaded = tf.saved_model.load(staged)      # keep it referenced: its variables live as long as it does
-        result = check(data, sig, loaded.signatures[name], batch_sizes, seed, tolerances)
+        result = check(data, sig, loaded.signatures[name], batch_sizes, seed, tolerances, unknown_dim)
         if profile is not None and original_published:
             choice = {"published": "original", "reason": "the SavedModel publishes the original graph of this "
                                                          "signature; this file is converted from it"}
         elif profile is not None:
             pending, theirs, choice = _race(sig, pending, sig.function, batch_sizes, seed, tolerances, staged,
-                                            profile)
+                                            profile, unknown_dim)
             if theirs is not None:
                 onnx_model, result = theirs
                 data = onnx_model.SerializeToString()

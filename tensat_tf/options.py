@@ -46,9 +46,10 @@ METHODS, SOLVERS, COST_MODELS = ("ilp", "greedy"), ("auto", "cbc", "highs"), ("a
 # Constants of at least this many elements are saved as variables, the rest stay constants in the graph (the default
 # of Options.min_variable_elements; tensat_tf/io/save.py, and tensat_tf/grappler.py, which mimics a served graph).
 MIN_VARIABLE_ELEMENTS = 1024
-# An unknown dimension other than the batch (a sequence length) is this long wherever a size is needed: the random
-# inputs of verification and of profiling (tensat_tf/verify.py), and the cost model's prices (tensat_tf/cost/
-# analytic.py), so that what is predicted is what is measured.
+# An unknown dimension other than the batch (a sequence length) is this long wherever a size is needed, unless the
+# user sets EngineOptions.unknown_dim (--unknown_dim): the random inputs of verification and of profiling
+# (tensat_tf/verify.py), and the cost model's prices (tensat_tf/cost/analytic.py), so that what is predicted is what
+# is measured.
 UNKNOWN_DIM = 8
 
 
@@ -66,6 +67,9 @@ class EngineOptions:
     solver: str = "auto"
     cost_model: str = "analytic"                       # analytic | measured
     batch_size: int = 1
+    # the length of every other unknown dim (a sequence length) where a size is needed: pricing here, and in a
+    # conversion also verification's and profiling's inputs (UNKNOWN_DIM)
+    unknown_dim: int = UNKNOWN_DIM
     # > 1 multiplies the cost of every original e-node, so extraction takes rewritten forms wherever the e-graph has
     # them: a soundness check of the rules on a real model (verification must still pass), not an optimization
     original_cost_factor: float = 1.0
@@ -74,7 +78,8 @@ class EngineOptions:
         """Raise errors.BadInput (errors.UnknownName for a rule name) unless these options can run; -> self."""
         b = self.budget
         for name, value in (("iterations", b.iterations), ("node_limit", b.node_limit),
-                            ("batch_size", self.batch_size), ("ban_length", b.ban_length),
+                            ("batch_size", self.batch_size), ("unknown_dim", self.unknown_dim),
+                            ("ban_length", b.ban_length),
                             ("patience", 1 if b.patience is None else b.patience)):
             if value < 1:
                 raise errors.BadInput(f"--{name} must be >= 1")

@@ -21,6 +21,7 @@ import sys
 from typing import Optional, Sequence
 
 from tensat_tf import latency
+from tensat_tf.options import UNKNOWN_DIM
 
 BLOCKS, WARMUP = 12, 5
 BLOCK_SECONDS = 0.1     # calls per block: the slowest subject's share of one block takes about this (3 to 50 calls)
@@ -97,7 +98,7 @@ def worker(request: dict) -> dict:
             specs = [TensorSpec(k, k, s.dtype, None if s.shape.rank is None else
                                 tuple(-1 if d is None else d for d in s.shape.as_list()))
                      for k, s in sorted(fn.structured_input_signature[1].items())]
-            feeds = random_inputs(specs, batch, seed=0)
+            feeds = random_inputs(specs, batch, seed=0, unknown_dim=request.get("unknown_dim", UNKNOWN_DIM))
         fns.append(lambda fn=fn: fn(**feeds))
         subjects.append({"runtime": "tf", "path": path})
     if feeds is None:
@@ -137,16 +138,18 @@ class PeerError(RuntimeError):
 
 def measure(tf_paths: Sequence[str], signature: str, batch_size: int = 1, onnx: Sequence[str] = (),
             openvino: Sequence[str] = (), blocks: int = BLOCKS, runs: Optional[int] = None, threads: int = 1,
-            timeout_s: float = 900.0) -> dict:
+            timeout_s: float = 900.0, unknown_dim: int = UNKNOWN_DIM) -> dict:
     """Time `signature` of each SavedModel in tf_paths under TF, each ONNX file under ONNX Runtime and each SavedModel
-    in `openvino` under OpenVINO, in the same blocks, in a fresh worker process.
+    in `openvino` under OpenVINO, in the same blocks, in a fresh worker process. Every unknown dim but the batch is
+    unknown_dim long.
 
     -> {"signature", "batch_size", "threads", "runs", "blocks", "subjects": [{"runtime", "path", "block_ms", "ms"}]}
     in the order tf_paths, onnx, openvino; "ms" is the median of the block medians. A peer subject that could not be
     loaded or run (in either load order) has "error" (one line) instead of timings. "runs" is the first worker's."""
     groups = {"tf": [os.path.abspath(p) for p in tf_paths], "onnx": [os.path.abspath(p) for p in onnx],
               "openvino": [os.path.abspath(p) for p in openvino]}
-    request = dict(groups, signature=signature, batch_size=batch_size, blocks=blocks, runs=runs, threads=threads)
+    request = dict(groups, signature=signature, batch_size=batch_size, blocks=blocks, runs=runs, threads=threads,
+                   unknown_dim=unknown_dim)
     what = f"timing {signature}"
     first = latency.run_worker("tensat_tf.peers", request, timeout_s, what, PeerError, 200)
     sizes = [len(v) for v in groups.values()]

@@ -25,6 +25,7 @@ import re
 from typing import Optional, Sequence
 
 from tensat_tf import errors
+from tensat_tf.options import UNKNOWN_DIM
 
 WARMUP_FILE = "tf_serving_warmup_requests"
 WARMUP_DIR = "assets.extra"
@@ -78,7 +79,7 @@ def warmup_path(export_dir: str) -> str:
     return os.path.join(export_dir, WARMUP_DIR, WARMUP_FILE)
 
 
-def requests(model, batch_sizes: Sequence[int], seed: int, model_name: str) -> list:
+def requests(model, batch_sizes: Sequence[int], seed: int, model_name: str, unknown_dim: int = UNKNOWN_DIM) -> list:
     """PredictRequests for every signature of a LoadedModel, with verification's inputs (batch b: seed + b)."""
     import tensorflow as tf
     from tensorflow_serving.apis import predict_pb2
@@ -90,7 +91,7 @@ def requests(model, batch_sizes: Sequence[int], seed: int, model_name: str) -> l
             req = predict_pb2.PredictRequest()
             req.model_spec.name = model_name
             req.model_spec.signature_name = name
-            for key, value in sorted(verify.random_inputs(sig.inputs, b, seed + b).items()):
+            for key, value in sorted(verify.random_inputs(sig.inputs, b, seed + b, unknown_dim).items()):
                 req.inputs[key].CopyFrom(tf.make_tensor_proto(value.numpy()))
             out.append(req)
     if len(out) > MAX_WARMUP_RECORDS:
@@ -144,13 +145,13 @@ def replay(export_dir: str, tags: Sequence[str] = ("serve",), path: Optional[str
 
 
 def write_warmup(export_dir: str, model, batch_sizes: Sequence[int], seed: int, model_name: str,
-                 tolerances: dict, tags: Sequence[str] = ("serve",)) -> dict:
+                 tolerances: dict, tags: Sequence[str] = ("serve",), unknown_dim: int = UNKNOWN_DIM) -> dict:
     """Write the warm-up file into the staged export_dir, then replay it through the TF1 loader and compare each
     output with the original model's (tolerance per "signature/key": verification's). -> report entry."""
     import tensorflow as tf
 
     from tensat_tf import verify
-    reqs = requests(model, batch_sizes, seed, model_name)
+    reqs = requests(model, batch_sizes, seed, model_name, unknown_dim)
     path = warmup_path(export_dir)
     write_records(path, reqs)
     worst = 0.0

@@ -154,21 +154,22 @@ def rounding_twin(graph_def, inputs: Sequence[TensorSpec], outputs: Sequence[Ten
     return call
 
 
-def check_original(model, batch_sizes: Sequence[int] = (1, 4), seed: int = 0) -> None:
+def check_original(model, batch_sizes: Sequence[int] = (1, 4), seed: int = 0, unknown_dim: int = UNKNOWN_DIM) -> None:
     """Run every original signature of a LoadedModel on verification's inputs (before any optimization work)."""
     for name, sig in sorted(model.signatures.items()):
         for b in batch_sizes:
-            run_original(sig.function, name, str(b), random_inputs(sig.inputs, b, seed + b))
+            run_original(sig.function, name, str(b), random_inputs(sig.inputs, b, seed + b, unknown_dim))
 
 
 def verify(pairs, batch_sizes: Sequence[int] = (1, 4), seed: int = 0, rtol: Optional[float] = None,
-           given: Optional[dict] = None) -> Verification:
+           given: Optional[dict] = None, unknown_dim: int = UNKNOWN_DIM) -> Verification:
     """pairs: [(signature name, input specs, output specs, reference fn, candidate fn, baseline fns)]: the noise
-    floor is the largest distance of a baseline (None, one function or a tuple of them) from the reference."""
+    floor is the largest distance of a baseline (None, one function or a tuple of them) from the reference. Inputs:
+    random_inputs at each batch size, every other unknown dim unknown_dim long."""
     per, ok, worst_abs, worst_rel = {}, True, 0.0, 0.0
     for sig, in_specs, out_specs, ref_fn, new_fn, base_fn in pairs:
         feeds_list = [(f"given", given[sig])] if given and sig in given else [
-            (str(b), random_inputs(in_specs, b, seed + b)) for b in batch_sizes]
+            (str(b), random_inputs(in_specs, b, seed + b, unknown_dim)) for b in batch_sizes]
         for tag, feeds in feeds_list:
             ref = run_original(ref_fn, sig, tag, feeds)
             try:

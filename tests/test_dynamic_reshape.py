@@ -25,13 +25,10 @@ def dense_gelu(tmp_path_factory):
     return gd, sig.item
 
 
-def _optimized(gd, item, rows_per_unknown_dim, monkeypatch):
-    from tensat_tf.cost import analytic, sizes
+def _optimized(gd, item, rows_per_unknown_dim):
     from tensat_tf.options import EngineOptions
     from tensat_tf.passes.tensat import TensatPass
-    monkeypatch.setattr(analytic, "UNKNOWN_DIM", rows_per_unknown_dim)
-    monkeypatch.setattr(sizes, "UNKNOWN_DIM", rows_per_unknown_dim)
-    p = TensatPass(EngineOptions(enable_rules=["tf-fold"]))
+    p = TensatPass(EngineOptions(enable_rules=["tf-fold"], unknown_dim=rows_per_unknown_dim))
     out = p.optimize(gd, item)
     return out, p.stats.rules_applied
 
@@ -50,10 +47,10 @@ def test_the_run_time_reshape_is_a_typed_term(dense_gelu):
     assert sorted(o.payload[0][-1] for o in reshape_t) == [16, 64]   # the shape literal keeps the known last dim
 
 
-def test_bias_and_gelu_move_onto_the_matmul_when_rows_are_many(dense_gelu, monkeypatch):
+def test_bias_and_gelu_move_onto_the_matmul_when_rows_are_many(dense_gelu):
     gd, item = dense_gelu
     assert _bias_inputs(gd) == ["Reshape", "Reshape"]
-    out, applied = _optimized(gd, item, 256, monkeypatch)
+    out, applied = _optimized(gd, item, 256)
     assert "F24-gelu-through-dynamic-reshape" in applied
     # the GELU layer's bias joins its MatMul; the last layer's (16 units: 4k elements) is cheaper as a separate op
     assert _bias_inputs(out) == ["MatMul", "Reshape"]
@@ -62,8 +59,29 @@ def test_bias_and_gelu_move_onto_the_matmul_when_rows_are_many(dense_gelu, monke
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
 
 
-def test_bias_stays_after_the_reshape_on_a_few_rows(dense_gelu, monkeypatch):
+def test_bias_stays_after_the_reshape_on_a_few_rows(dense_gelu):
     gd, item = dense_gelu
-    out, applied = _optimized(gd, item, 8, monkeypatch)
+    out, applied = _optimized(gd, item, 8)
     assert not {"F23-bias-through-dynamic-reshape", "F24-gelu-through-dynamic-reshape"} & set(applied)
     assert _bias_inputs(out) == ["Reshape", "Reshape"]
+
+
+def test_convert_prices_verifies_and_profiles_at_the_users_sequence_length(tmp_path):
+    """--unknown_dim (EngineOptions.unknown_dim): the sequence length a model is served at decides what extraction
+    prefers, and verification and profiling feed inputs of that length."""
+    import keras
+    from tensat_tf.convert import convert
+    from tensat_tf.options import EngineOptions, Options
+    from tensat_tf.zoo._keras import randomize_weights
+    x = keras.Input((None, 16))
+    model = keras.Model(x, keras.layers.Dense(16)(keras.layers.Dense(64, activation="gelu")(x)))
+    randomize_weights(model, 0)
+    src = str(tmp_path / "src")
+    model.export(src, verbose=False)
+    long = convert(src, str(tmp_path / "long"), Options(profile=True, profile_seconds=1.0, profile_threads=(1,),
+                                                        engine=EngineOptions(unknown_dim=256)))
+    short = convert(src, str(tmp_path / "short"), Options(profile=False))
+    assert long["verification"]["unknown_dim"] == 256 and short["verification"]["unknown_dim"] == 8
+    assert "F24-gelu-through-dynamic-reshape" in long["signatures"]["serving_default"]["rules_applied"]
+    assert "F24-gelu-through-dynamic-reshape" not in short["signatures"]["serving_default"]["rules_applied"]
+    assert long["verification"]["passed"] and long["signatures"]["serving_default"]["profile"]["settings"]

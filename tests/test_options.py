@@ -46,6 +46,7 @@ def test_report_path_is_beside_the_output():
 @pytest.mark.parametrize("options, error, fragment", [
     (Options(engine=EngineOptions(budget=Budget(iterations=0))), errors.BadInput, "--iterations must be >= 1"),
     (Options(engine=EngineOptions(batch_size=0)), errors.BadInput, "--batch_size must be >= 1"),
+    (Options(engine=EngineOptions(unknown_dim=0)), errors.BadInput, "--unknown_dim must be >= 1"),
     (Options(engine=EngineOptions(budget=Budget(match_limit=-1))), errors.BadInput, "--match_limit"),
     (Options(engine=EngineOptions(budget=Budget(seconds=0.0))), errors.BadInput, "--saturation_seconds"),
     (Options(engine=EngineOptions(method="annealing")), errors.BadInput, "--method must be one of ilp, greedy"),
@@ -73,11 +74,11 @@ def test_flags_become_one_checked_options():
     try:
         FLAGS.unparse_flags()
         FLAGS(["prog", "--rules=merge,tf-fold", "--noprofile", "--verify_batch_sizes=2,5", "--iterations=4",
-               "--profile_threads=default", "--warmup", "--signatures=serving_default"])
+               "--profile_threads=default", "--warmup", "--signatures=serving_default", "--unknown_dim=128"])
         o = convert_cmd.options_from_flags()
         assert o == Options(signatures=("serving_default",), verify_batch_sizes=(2, 5), profile=False,
                             profile_threads=(0,), warmup=True,
-                            engine=EngineOptions(enable_rules=("merge", "tf-fold"),
+                            engine=EngineOptions(enable_rules=("merge", "tf-fold"), unknown_dim=128,
                                                  budget=Budget(iterations=4, seconds=60.0)))
         assert Options.from_json(json.loads(json.dumps(o.to_json()))) == o
         FLAGS.unparse_flags()

@@ -97,7 +97,7 @@ def bench_model(name: str, engine, batch_sizes, tmp: str) -> dict:
     # gets), unless --noconvert_profile
     rep = convert(src, out, Options(signatures=only, engine=engine, profile=FLAGS.convert_profile))
     seconds = time.perf_counter() - t
-    convert(src, plain, Options(signatures=only, engine=EngineOptions(enable_rules=[])))
+    convert(src, plain, Options(signatures=only, engine=EngineOptions(enable_rules=[], unknown_dim=engine.unknown_dim)))
     row = {"model": name, "convert_s": round(seconds, 2), "timing_s": rep["timing_s"], "signatures": {}}
     ov_missing = peers.openvino_missing() if FLAGS.openvino else None
     for sig_name, s in sorted(rep["signatures"].items()):
@@ -118,10 +118,10 @@ def bench_model(name: str, engine, batch_sizes, tmp: str) -> dict:
             entry["openvino_error"] = ov_missing or "OpenVINO reads only serving_default"
         entry["latency"] = {}
         for b in batch_sizes:
-            r = _time_peers(src, plain, out, sig_name, b, onnx, openvino, entry)
+            r = _time_peers(src, plain, out, sig_name, b, onnx, openvino, entry, engine.unknown_dim)
             if FLAGS.xla and "error" not in r:
                 try:
-                    x = latency.measure([src, plain, out], sig_name, b, xla=True)["xla"]
+                    x = latency.measure([src, plain, out], sig_name, b, xla=True, unknown_dim=engine.unknown_dim)["xla"]
                     r["xla"] = {"ms": [v["ms"] for v in x], "compile_s": [v["compile_s"] for v in x],
                                 "no_rules": ratio(x[0]["block_medians"], x[1]["block_medians"]),
                                 "optimized": ratio(x[0]["block_medians"], x[2]["block_medians"])}
@@ -132,12 +132,12 @@ def bench_model(name: str, engine, batch_sizes, tmp: str) -> dict:
     return row
 
 
-def _time_peers(src, plain, out, sig_name, batch, onnx, openvino, entry) -> dict:
+def _time_peers(src, plain, out, sig_name, batch, onnx, openvino, entry, unknown_dim: int) -> dict:
     """One worker: TF original / no-rules / optimized, ORT original / ours, OpenVINO original / ours, same blocks."""
     from tensat_tf import peers
     try:
         m = peers.measure([src, plain, out], sig_name, batch, onnx=[onnx[k] for k in ("original", "ours") if k in onnx],
-                          openvino=openvino, blocks=FLAGS.blocks)
+                          openvino=openvino, blocks=FLAGS.blocks, unknown_dim=unknown_dim)
     except peers.PeerError as e:
         return {"error": str(e)}
     subj = m["subjects"]

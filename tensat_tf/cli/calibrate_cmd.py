@@ -77,17 +77,17 @@ def main(args: list[str]) -> int:
     src = args[0]
     if not src.startswith("zoo:") and not os.path.exists(src):
         raise errors.MissingPath(f"no such file or directory: {src}")
-    if FLAGS.batch_size < 1:
-        raise errors.BadInput("--batch_size must be >= 1")
+    if FLAGS.batch_size < 1 or FLAGS.unknown_dim < 1:
+        raise errors.BadInput("--batch_size and --unknown_dim must be >= 1")
     t0 = time.perf_counter()
     from tensat_tf.cost import analytic
     from tensat_tf.cost.measured import MeasuredCostModel   # imports TensorFlow: after the cheap checks
     exported = exported_signatures(src, FLAGS.tags, FLAGS.signatures, FLAGS.canonicalize)
-    model = MeasuredCostModel(batch_size=FLAGS.batch_size)
+    model = MeasuredCostModel(batch_size=FLAGS.batch_size, unknown_dim=FLAGS.unknown_dim)
     measured_ms = analytic_ms = 0.0
     for exp in exported.values():
         measured_ms += sum(model.costs(exp))
-        analytic_ms += sum(analytic.costs(exp, FLAGS.batch_size, model.device))
+        analytic_ms += sum(analytic.costs(exp, FLAGS.batch_size, model.device, unknown_dim=FLAGS.unknown_dim))
     failed = sum(1 for k in model.used if model.entries[k]["ms"] is None)
     print(f"calibrate {src}: {len(model.used)} distinct ops at batch size {FLAGS.batch_size} over "
           f"{len(exported)} signature(s): {model.timed} timed now, {len(model.used) - model.timed} already cached, "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from absl import flags
 
-from tensat_tf.options import Budget, EngineOptions
+from tensat_tf.options import UNKNOWN_DIM, Budget, EngineOptions
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("rules", None, "Rule names or families to enable (default: tensat, tf-fold, merge, einsum).")
@@ -34,6 +34,10 @@ flags.DEFINE_enum("cost_model", "analytic", ["analytic", "measured"],
                   "Cost of each e-node: analytic (FLOPs, bytes, per-op overhead) or measured on this device "
                   "(cached; see `tensat_tf calibrate`).")
 flags.DEFINE_integer("batch_size", 1, "Batch size at which costs are evaluated (for unknown leading dimensions).")
+flags.DEFINE_integer("unknown_dim", UNKNOWN_DIM, "Length of every other unknown dimension (a sequence length) at which "
+                                                 "costs are evaluated and, in a conversion, verification and the "
+                                                 "profile decision feed inputs. Set it to the length the model is "
+                                                 "served at: what extraction prefers depends on it.")
 
 
 def engine_options() -> EngineOptions:
@@ -47,7 +51,7 @@ def engine_from_flags() -> EngineOptions:
         enable_rules=None if FLAGS.rules is None else tuple(FLAGS.rules), disable_rules=tuple(FLAGS.disable_rules),
         rules_files=tuple(FLAGS.rules_file), budget=budget_from_flags(),
         method=FLAGS.method, ilp_seconds=FLAGS.ilp_seconds, probe_seconds=FLAGS.probe_seconds, solver=FLAGS.solver,
-        cost_model=FLAGS.cost_model, batch_size=FLAGS.batch_size)
+        cost_model=FLAGS.cost_model, batch_size=FLAGS.batch_size, unknown_dim=FLAGS.unknown_dim)
 
 
 def budget_from_flags() -> Budget:

@@ -12,7 +12,7 @@ import os
 from absl import flags
 
 from tensat_tf import errors
-from tensat_tf.cli import engine_flags  # noqa: F401  (defines --batch_size)
+from tensat_tf.cli import engine_flags  # noqa: F401  (defines --batch_size and --unknown_dim)
 
 flags.DEFINE_bool("xla", False, "Also time each signature under XLA (tf.function(jit_compile=True)); the compile "
                                 "time (first call) is reported apart.")
@@ -50,7 +50,8 @@ def main(args: list[str]) -> int:
     model = load_mod.load(src)                       # the same checks and signature rules as convert
     for name in sorted(model.signatures):
         try:
-            r = latency.measure([src], name, FLAGS.batch_size, xla=FLAGS.xla, threads=threads)
+            r = latency.measure([src], name, FLAGS.batch_size, xla=FLAGS.xla, threads=threads,
+                                unknown_dim=FLAGS.unknown_dim)
         except latency.ProfileError as e:
             raise errors.InternalError(str(e)) from None
         for mode in ("tf", "xla"):

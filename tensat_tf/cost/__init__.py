@@ -15,6 +15,7 @@ from tensat_tf.cost import analytic
 from tensat_tf.cost.analytic import CPU, GPU, DEVICES, Device, constant_classes, node_cost, device_named
 from tensat_tf.egraph.data import Fused
 from tensat_tf.egraph.export import Exported
+from tensat_tf.options import UNKNOWN_DIM
 
 
 MODELS = ("analytic", "measured")
@@ -33,30 +34,36 @@ class CostModel(Protocol):
 
 
 class AnalyticCostModel:
-    """analytic.costs bound to a batch size and a Device (the object form get_model returns)."""
+    """analytic.costs bound to a batch size, the length of other unknown dims and a Device (the object form
+    get_model returns)."""
 
-    def __init__(self, batch_size: int = 1, device: Device | str = CPU):
+    def __init__(self, batch_size: int = 1, device: Device | str = CPU, unknown_dim: int = UNKNOWN_DIM):
         self.batch_size = batch_size
         self.device = device_named(device)
+        self.unknown_dim = unknown_dim
 
     def costs(self, exp: Exported, batch_size: Optional[int] = None) -> list[float]:
-        return analytic.costs(exp, self.batch_size if batch_size is None else batch_size, self.device)
+        return analytic.costs(exp, self.batch_size if batch_size is None else batch_size, self.device,
+                              unknown_dim=self.unknown_dim)
 
     def priced(self, exp: Exported, batch_size: Optional[int] = None) -> tuple[list[float], dict[int, Fused]]:
-        return analytic.priced(exp, self.batch_size if batch_size is None else batch_size, self.device)
+        return analytic.priced(exp, self.batch_size if batch_size is None else batch_size, self.device,
+                               self.unknown_dim)
 
 
 def get_model(name: str = "analytic", batch_size: int = 1, device: Device | str | None = None,
-              cache_path: Optional[str] = None) -> CostModel:
-    """The cost model called `name` ('analytic' or 'measured').
+              cache_path: Optional[str] = None, unknown_dim: int = UNKNOWN_DIM) -> CostModel:
+    """The cost model called `name` ('analytic' or 'measured'), pricing at `batch_size` and every other unknown dim
+    at `unknown_dim` (options.EngineOptions.unknown_dim).
 
     device: a Device or a name in DEVICES ('cpu', 'gpu', 'gpu-t4', 'gpu-h100'); by default CPU for the
     analytic model and, for the measured one, the Device of the machine it runs on (used for its fallbacks).
     cache_path: the measured model's cache file (default: see tensat_tf.cost.measured.default_cache_path).
     """
     if name == "analytic":
-        return AnalyticCostModel(batch_size, CPU if device is None else device)
+        return AnalyticCostModel(batch_size, CPU if device is None else device, unknown_dim)
     if name == "measured":
         from tensat_tf.cost.measured import MeasuredCostModel   # imports TensorFlow
-        return MeasuredCostModel(cache_path, batch_size, None if device is None else device_named(device))
+        return MeasuredCostModel(cache_path, batch_size, None if device is None else device_named(device),
+                                 unknown_dim)
     raise ValueError(f"unknown cost model {name!r}; choose one of {', '.join(MODELS)}")

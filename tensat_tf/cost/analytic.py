@@ -166,32 +166,34 @@ def device_named(name_or_device) -> Device:
 
 # ---------------------------------------------------------------------------------------------- shapes
 def concrete(shape: Optional[Sequence[int]], batch_size: int, size: Optional[Sequence] = None,
-             batch_bases: frozenset = frozenset()) -> Optional[Shape]:
+             batch_bases: frozenset = frozenset(), unknown_dim: int = UNKNOWN_DIM) -> Optional[Shape]:
     """Unknown dims resolved: from `size` (the class's symbolic dims, cost/sizes.py) where it knows them, else
-    dimension 0 -> batch_size, any other -> UNKNOWN_DIM (see the module docstring)."""
+    dimension 0 -> batch_size, any other -> unknown_dim (see the module docstring)."""
     if shape is None:
         return None
     if size is not None and len(size) == len(shape):
-        known = [sizes.evaluate(z, batch_size, batch_bases) for z in size]
-        return tuple(d if d >= 0 else (known[i] if known[i] is not None else batch_size if i == 0 else UNKNOWN_DIM)
+        known = [sizes.evaluate(z, batch_size, batch_bases, unknown_dim) for z in size]
+        return tuple(d if d >= 0 else (known[i] if known[i] is not None else batch_size if i == 0 else unknown_dim)
                      for i, d in enumerate(shape))
-    return tuple(d if d >= 0 else (batch_size if i == 0 else UNKNOWN_DIM) for i, d in enumerate(shape))
+    return tuple(d if d >= 0 else (batch_size if i == 0 else unknown_dim) for i, d in enumerate(shape))
 
 
 def numel(shape: Sequence[int]) -> int:
     return math.prod(shape)
 
 
-def node_shapes(exp: Exported, node_index: int, batch_size: int) -> tuple[Optional[list[Shape]], Optional[Shape]]:
+def node_shapes(exp: Exported, node_index: int, batch_size: int,
+                unknown_dim: int = UNKNOWN_DIM) -> tuple[Optional[list[Shape]], Optional[Shape]]:
     """(input shapes, output shape) of a typed e-node, unknown dims resolved; None where a shape is missing.
 
     For tuple-output ops (Split, SplitV, FusedBatchNormV3) the class is a TTuple without a shape, so the output shape
     is the shape of the first input (the data tensor).
     """
     node = exp.egraph.nodes[node_index]
-    ins = [concrete(exp.shapes.get(c), batch_size, exp.sizes.get(c), exp.batch_bases) for c in node.children]
+    ins = [concrete(exp.shapes.get(c), batch_size, exp.sizes.get(c), exp.batch_bases, unknown_dim)
+           for c in node.children]
     in_shapes = None if any(s is None for s in ins) else ins
-    out = concrete(exp.shapes.get(node.eclass), batch_size, exp.sizes.get(node.eclass), exp.batch_bases)
+    out = concrete(exp.shapes.get(node.eclass), batch_size, exp.sizes.get(node.eclass), exp.batch_bases, unknown_dim)
     if out is None and exp.sorts[node.eclass] == "TTuple" and ins and ins[0] is not None:
         out = ins[0]
     return in_shapes, out
@@ -368,14 +370,15 @@ def fused_cost(term: str, in_shapes: Optional[Sequence[Shape]], out_shape: Optio
     return numel(shape) * per_element / (device.peak_gflops * 1e6)
 
 
-def apply_fusion(exp: Exported, costs_ms: list[float], batch_size: int, device: Device) -> list[float]:
+def apply_fusion(exp: Exported, costs_ms: list[float], batch_size: int, device: Device,
+                 unknown_dim: int = UNKNOWN_DIM) -> list[float]:
     """costs_ms with every node the runtime fuses into a contraction (fusion.fused_nodes) repriced by fused_cost,
     for the device's fused_contractions. Folded nodes keep their 0."""
-    return fusion_terms(exp, costs_ms, batch_size, device)[0]
+    return fusion_terms(exp, costs_ms, batch_size, device, unknown_dim)[0]
 
 
-def fusion_terms(exp: Exported, costs_ms: list[float], batch_size: int,
-                 device: Device) -> tuple[list[float], dict[int, Fused]]:
+def fusion_terms(exp: Exported, costs_ms: list[float], batch_size: int, device: Device,
+                 unknown_dim: int = UNKNOWN_DIM) -> tuple[list[float], dict[int, Fused]]:
     """(apply_fusion's costs, fused): for each node priced fused, what its fusion needs of the extracted program and
     what it costs more when that does not hold (its separate price less its fused one): EGraphData.fused."""
     if not device.fused_contractions and not device.fused_activations:
@@ -387,7 +390,7 @@ def fusion_terms(exp: Exported, costs_ms: list[float], batch_size: int,
         n = exp.egraph.nodes[i]
         if is_folded(n, const):
             continue
-        in_shapes, out_shape = node_shapes(exp, i, batch_size)
+        in_shapes, out_shape = node_shapes(exp, i, batch_size, unknown_dim)
         out[i] = min(out[i], fused_cost(n.op, in_shapes, out_shape, device))
         if costs_ms[i] > out[i]:
             terms[i] = Fused(site.reads, costs_ms[i] - out[i], site.producers, site.partners)
@@ -396,24 +399,26 @@ def fusion_terms(exp: Exported, costs_ms: list[float], batch_size: int,
         # (which can only make a node cheaper): dearer than a separate BiasAdd on a few rows, cheaper on many
         for i in fusion.matmul_biases(exp):
             if not is_folded(exp.egraph.nodes[i], const):
-                in_shapes, out_shape = node_shapes(exp, i, batch_size)
+                in_shapes, out_shape = node_shapes(exp, i, batch_size, unknown_dim)
                 out[i] = device.fused_matmul_us * 1e-3 + fused_cost(exp.egraph.nodes[i].op, in_shapes, out_shape,
                                                                     device)
     return out, terms
 
 
-def costs(exp: Exported, batch_size: int = 1, device: Device = CPU, fusion: bool = True) -> list[float]:
-    """One cost (ms) per e-node of exp.egraph, index-aligned with exp.egraph.nodes.
+def costs(exp: Exported, batch_size: int = 1, device: Device = CPU, fusion: bool = True,
+          unknown_dim: int = UNKNOWN_DIM) -> list[float]:
+    """One cost (ms) per e-node of exp.egraph, index-aligned with exp.egraph.nodes, an unknown dim other than the
+    batch at unknown_dim.
 
     fusion: price the epilogues the runtime fuses into contractions (those of device.fused_contractions). Either
     way a form TF's remapper fails on costs fusion.HAZARD_MS more (with_hazards).
     """
     device = device_named(device)
-    out = _node_costs(exp, batch_size, device)
-    return with_hazards(exp, apply_fusion(exp, out, batch_size, device) if fusion else out, device)
+    out = _node_costs(exp, batch_size, device, unknown_dim)
+    return with_hazards(exp, apply_fusion(exp, out, batch_size, device, unknown_dim) if fusion else out, device)
 
 
-def _node_costs(exp: Exported, batch_size: int, device: Device) -> list[float]:
+def _node_costs(exp: Exported, batch_size: int, device: Device, unknown_dim: int = UNKNOWN_DIM) -> list[float]:
     """Each e-node priced alone (node_cost)."""
     const = constant_classes(exp.egraph)
     out = []
@@ -424,7 +429,7 @@ def _node_costs(exp: Exported, batch_size: int, device: Device) -> list[float]:
         if n.op == "Op":
             out.append(device.overhead_ms("Op"))
             continue
-        in_shapes, out_shape = node_shapes(exp, i, batch_size)
+        in_shapes, out_shape = node_shapes(exp, i, batch_size, unknown_dim)
         out.append(node_cost(n.op, n.payload, in_shapes, out_shape, batch_size, device))
     return out
 
@@ -447,10 +452,10 @@ def predicted_gain(cost_before_ms: float, cost_after_ms: float, device: Device =
     return (cost_before_ms + call) / (cost_after_ms + call)
 
 
-def priced(exp: Exported, batch_size: int = 1,
-           device: Device = CPU) -> tuple[list[float], dict[int, Fused]]:
+def priced(exp: Exported, batch_size: int = 1, device: Device = CPU,
+           unknown_dim: int = UNKNOWN_DIM) -> tuple[list[float], dict[int, Fused]]:
     """costs() and the terms of its fused nodes (fusion_terms): what extraction needs."""
     device = device_named(device)
-    out, fused = fusion_terms(exp, _node_costs(exp, batch_size, device), batch_size, device)
+    out, fused = fusion_terms(exp, _node_costs(exp, batch_size, device, unknown_dim), batch_size, device, unknown_dim)
     return with_hazards(exp, out, device), fused
 

@@ -39,6 +39,7 @@ from tensat_tf import ops
 from tensat_tf.cost import analytic
 from tensat_tf.egraph import nodedef
 from tensat_tf.egraph.export import Exported
+from tensat_tf.options import UNKNOWN_DIM
 
 CACHE_ENV = "TENSAT_TF_COST_CACHE"
 CACHE_FORMAT = 1
@@ -256,9 +257,10 @@ class MeasuredCostModel:
     """
 
     def __init__(self, cache_path: Optional[str] = None, batch_size: int = 1,
-                 device: Optional[analytic.Device] = None):
+                 device: Optional[analytic.Device] = None, unknown_dim: int = UNKNOWN_DIM):
         self.cache_path = cache_path or default_cache_path()
         self.batch_size = batch_size
+        self.unknown_dim = unknown_dim
         if device is None:
             device = analytic.GPU if tf.config.list_physical_devices("GPU") else analytic.CPU
         self.device = analytic.device_named(device)
@@ -329,7 +331,7 @@ class MeasuredCostModel:
         for i, n in enumerate(exp.egraph.nodes):
             if n.op in analytic.STRUCTURAL_FREE or n.op == "Op" or analytic.is_folded(n, const):
                 continue
-            shapes[i] = analytic.node_shapes(exp, i, batch)
+            shapes[i] = analytic.node_shapes(exp, i, batch, self.unknown_dim)
         wanted = [(exp.egraph.nodes[i].op, exp.egraph.nodes[i].payload, ins)
                   for i, (ins, _) in shapes.items() if ins is not None]
         keys = [entry_key(t, p, s) for t, p, s in wanted]
@@ -349,7 +351,7 @@ class MeasuredCostModel:
                     ms = analytic.node_cost(n.op, n.payload, in_shapes, out_shape, batch, self.device)
                 out.append(ms)
         # each op was timed alone; the runtime runs some as a contraction's epilogue (cost/fusion.py)
-        return analytic.fusion_terms(exp, out, batch, self.device)
+        return analytic.fusion_terms(exp, out, batch, self.device, self.unknown_dim)
 
 
 if __name__ == "__main__":

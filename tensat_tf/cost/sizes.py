@@ -91,13 +91,13 @@ def _decoded(shape, codes: dict) -> Optional[tuple]:
     return tuple(codes[d] if d <= -2 else d for d in shape)
 
 
-def evaluate(dim, batch_size: int, batch_bases: frozenset) -> Optional[int]:
-    """A size at `batch_size`: a batch symbol is batch_size, any other options.UNKNOWN_DIM; None when unknown."""
+def evaluate(dim, batch_size: int, batch_bases: frozenset, unknown_dim: int = UNKNOWN_DIM) -> Optional[int]:
+    """A size at `batch_size`: a batch symbol is batch_size, any other unknown_dim; None when unknown."""
     if isinstance(dim, int):
         return dim if dim >= 0 else None
     if isinstance(dim, symbolic.Sym):
         v = dim.coef
         for b in dim.bases:
-            v *= batch_size if b in batch_bases else UNKNOWN_DIM
+            v *= batch_size if b in batch_bases else unknown_dim
         return v
     return None
