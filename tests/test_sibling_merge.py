@@ -64,3 +64,42 @@ def test_an_addv2_bias_has_its_biasadd_form_from_ingest(tmp_path):
     add = next(name for name, o in ing.typed.items() if o.node.op == "AddV2")
     ops = sorted(exp.egraph.nodes[i].op for i in exp.egraph.classes[exp.lets[ing.lets[add]]])
     assert ops.count("BiasAdd") == 1 and "AddV2" in ops
+
+
+def test_the_biasadd_form_takes_only_a_rank_1_bias():
+    """AddV2(x, w) with x [2, 3, 4] and w [1, 1, 4]: BiasAdd(x, w squeezed to [4]). AddV2(v, w) with both [1, 1, 4]
+    weights: only one operand gets a squeezed twin (ingest.BROADCAST_OPS), so only the BiasAdd on that [4] twin, never
+    one whose bias is the other, rank-3, weight (TF rejects a bias of rank other than 1). AddV2(xw, vw): vw is no
+    weight, so no BiasAdd."""
+    import numpy as np
+    import tensorflow as tf
+    from tensat_tf.egraph import emit, export, ingest, language
+    from tensat_tf.item import GrapplerItem
+    gd = tf.compat.v1.GraphDef()
+    x = gd.node.add(name="x", op="Placeholder")
+    x.attr["dtype"].type = tf.float32.as_datatype_enum
+    x.attr["shape"].shape.CopyFrom(tf.TensorShape([2, 3, 4]).as_proto())
+    for name, seed in (("v", 1), ("w", 2)):
+        c = gd.node.add(name=name, op="Const")
+        c.attr["dtype"].type = tf.float32.as_datatype_enum
+        c.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(np.random.RandomState(seed).randn(1, 1, 4).astype("f")))
+    for name, inputs in (("vw", ["v", "w"]), ("xw", ["x", "w"]), ("out", ["xw", "vw"])):
+        n = gd.node.add(name=name, op="AddV2", input=inputs)
+        n.attr["T"].type = tf.float32.as_datatype_enum
+    item = GrapplerItem(("x:0",), ("out:0",))
+    ing = ingest.ingest(gd, item)
+    eg = language.new_egraph()
+    ingest.load(eg, ing)
+    exp = export.export(eg, ing.roots)
+    biases = [(exp.egraph.nodes[i].eclass, exp.shapes.get(exp.egraph.nodes[i].children[1]))
+              for i in range(exp.egraph.num_nodes) if exp.egraph.nodes[i].op == "BiasAdd"]
+    assert sorted(b for _, b in biases) == [(4,), (4,)]
+    assert {c for c, _ in biases} == {exp.lets[ing.lets["vw"]], exp.lets[ing.lets["xw"]]}
+    # the program that takes every BiasAdd computes the same values
+    choice = emit.original_choice(ing, exp)
+    for i, n in enumerate(exp.egraph.nodes):
+        if n.op == "BiasAdd":
+            choice[n.eclass] = i
+    out = emit.emit(ing, exp, choice)
+    feed = np.random.RandomState(3).randn(2, 3, 4).astype("f")
+    np.testing.assert_allclose(run_graph(gd, item, [feed])[0], run_graph(out, item, [feed])[0], rtol=1e-6)

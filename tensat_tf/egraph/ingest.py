@@ -343,18 +343,25 @@ class _Ingest:
         return spec.outputs != "one"
 
     def _bias_form(self, let_name: str, tensor_inputs: list[str], squeezed: list[Optional[str]]) -> None:
-        """Union AddV2(y, b) with BiasAdd(y, b) when b is a weight of shape [C] (after squeezing) and C is y's last
-        dim, in either operand order: rule F05's rewrite, done at ingest (see BIAS_AT_INGEST)."""
+        """Union AddV2(y, b) with BiasAdd(y, b) when b is a weight of shape [C], as it is or as its squeezed form
+        (`squeezed`, per operand), and C is y's last dim, in either operand order: rule F05's rewrite, done at ingest
+        (see BIAS_AT_INGEST)."""
         shapes = self.shapes
         for k in (0, 1):
             y, b = tensor_inputs[k], tensor_inputs[1 - k]
-            b_let = squeezed[1 - k] or self.ing.output_lets[_tensor_name(*_tensor_ref(b))]
             y_shape = shapes.get(_tensor_name(*_tensor_ref(y)))
             b_shape = shapes.get(_tensor_name(*_tensor_ref(b)))
-            if self.ing.terms[b_let].op != "Weight" or y_shape is None or b_shape is None or len(y_shape) < 2:
+            if y_shape is None or b_shape is None or len(y_shape) < 2 or not b_shape:
                 continue
-            lead = next((j for j, d in enumerate(b_shape) if d != 1), len(b_shape))
-            if len(b_shape) - lead == 1 and len(b_shape) <= len(y_shape) and b_shape[-1] == y_shape[-1] > 0:
+            # b's [C] form: b itself, or its squeezed twin (only one operand gets one: a [1,1,C] b whose other
+            # operand was squeezed instead has no rank-1 form here)
+            if len(b_shape) == 1:
+                b_let = self.ing.output_lets[_tensor_name(*_tensor_ref(b))]
+            elif squeezed[1 - k] is not None and all(d == 1 for d in b_shape[:-1]):
+                b_let = squeezed[1 - k]
+            else:
+                continue
+            if self.ing.terms[b_let].op == "Weight" and b_shape[-1] == y_shape[-1] > 0:
                 self.commands.append(L.union(L.var(let_name), L.call("BiasAdd", [self._ref(y), L.var(b_let)])))
                 return
 

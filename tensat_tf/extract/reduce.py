@@ -97,7 +97,8 @@ def _drop_dominated(egraph: EGraphData, kids: list[tuple[int, ...]], alive: list
             produces.setdefault(j, set()).add(f_node)
         for j in f.partners:
             partner.setdefault(j, set()).add(f_node)
-    worst = [c + _chain_extra(egraph, i, produces, {}) for i, c in enumerate(cost)]
+    memo: dict[int, float] = {}
+    worst = [c + _chain_extra(egraph, i, produces, memo) for i, c in enumerate(cost)]
     none: set[int] = set()
     for members in egraph.classes:
         live = [i for i in members if alive[i]]
