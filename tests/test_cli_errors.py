@@ -195,6 +195,18 @@ def test_interrupt_before_the_command_runs_is_one_line(tmp_path, delay):
     assert not os.path.exists(tmp_path / "out")
 
 
+def test_native_code_printing_an_interrupt_prints_nothing():
+    """Native code prints a Python callback's exception with PyErr_Print (sys.excepthook): an interrupt that landed in
+    protobuf's descriptor_pool.Default() during TF's import printed a traceback before the CLI's one line. Here
+    PyRun_SimpleString plays the native caller: the KeyboardInterrupt is not printed, another error still is."""
+    code = ("import ctypes; from tensat_tf.cli import main; main.install_signal_handlers(); "
+            "ctypes.pythonapi.PyRun_SimpleString(b'raise KeyboardInterrupt'); "
+            "ctypes.pythonapi.PyRun_SimpleString(b'raise ValueError(\\'still shown\\')')")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "KeyboardInterrupt" not in proc.stderr and "ValueError: still shown" in proc.stderr, proc.stderr
+
+
 def test_a_signal_during_the_import_of_save_is_an_interrupt(monkeypatch):
     """A signal that lands while tensat_tf.io.save is being imported (the module exists, committing() not yet): the
     handler asks to stop and raises KeyboardInterrupt; it once raised AttributeError ("internal error")."""

@@ -80,10 +80,23 @@ def _quiet_unraisable(default=sys.unraisablehook):
     return hook
 
 
+def _quiet_excepthook(default=sys.excepthook):
+    """Native code that calls back into Python prints a callback's exception with PyErr_Print, which goes through
+    sys.excepthook: an interrupt that landed in protobuf's descriptor_pool.Default(), run from TF's import, printed a
+    traceback before the CLI's one line (once in a full test run). The interrupt itself is reported (interrupt.request
+    and the KeyboardInterrupt main catches); its traceback is not for users."""
+    def hook(exc_type, value, tb):
+        if exc_type is not None and issubclass(exc_type, KeyboardInterrupt):
+            return
+        default(exc_type, value, tb)
+    return hook
+
+
 def install_signal_handlers() -> None:
     signal.signal(signal.SIGINT, _on_signal)
     signal.signal(signal.SIGTERM, _on_signal)
     sys.unraisablehook = _quiet_unraisable()
+    sys.excepthook = _quiet_excepthook()
 
 
 def main(argv: list[str]) -> int:
