@@ -39,19 +39,20 @@ def prune(egraph: EGraphData, choice: Choice) -> dict[int, int]:
 def dag_cost(egraph: EGraphData, choice: Choice) -> float:
     """Sum of self costs of the chosen nodes reachable from the roots, each counted once (shared subgraphs once),
     plus the extra of every chosen fused node whose fusion the program does not allow (EGraphData.fused, unfused)."""
-    needed = sorted(reachable_classes(egraph, choice))
-    cost = sum(egraph.nodes[choice[c]].cost for c in needed)
-    return cost + sum(egraph.fused[i].extra for i in unfused(egraph, choice))
+    needed = reachable_classes(egraph, choice)
+    cost = sum(egraph.nodes[choice[c]].cost for c in sorted(needed))
+    return cost + sum(egraph.fused[i].extra for i in unfused(egraph, choice, needed))
 
 
-def unfused(egraph: EGraphData, choice: Choice) -> set[int]:
+def unfused(egraph: EGraphData, choice: Choice, needed: Optional[list[int]] = None) -> set[int]:
     """The chosen fused nodes (EGraphData.fused) that run as separate ops in the program `choice` describes: the node
     chosen for their `reads` is not one of their producers, or another node reads it (partners aside; a root counts
     as a reader), or that producer is itself a fused node that runs separately (an activation on a bias that did not
-    fuse into its convolution runs alone too)."""
+    fuse into its convolution runs alone too). `needed`: reachable_classes(egraph, choice), when the caller has it."""
     if not egraph.fused:
         return set()
-    needed = reachable_classes(egraph, choice)
+    if needed is None:
+        needed = reachable_classes(egraph, choice)
     readers: dict[int, set[int]] = defaultdict(set)     # class -> the chosen nodes reading it (-1: a root)
     for r in egraph.roots:
         readers[r].add(-1)

@@ -116,28 +116,25 @@ class _Model:
                     readers[k].append(i)
             roots = set(red.roots)
             node_width = len(str(max(red.nodes, default=0)))
+            sides: dict[int, tuple[list[int], list[int]]] = {}     # fused node -> (other readers, producers)
             for i in red.nodes:
                 f = egraph.fused.get(i)
-                if f is None or f.reads not in red.classes:
-                    continue
-                others = [o for o in readers.get(f.reads, ()) if o != i and o not in f.partners]
-                producers = [j for j in red.classes[f.reads] if j in f.producers]
-                if others or f.reads in roots or len(producers) < len(red.classes[f.reads]):
-                    self.penalty[i] = (-1, others, producers)
+                if f is not None and f.reads in red.classes:
+                    sides[i] = ([o for o in readers.get(f.reads, ()) if o != i and o not in f.partners],
+                                [j for j in red.classes[f.reads] if j in f.producers])
+            may_pay = {i for i, (others, producers) in sides.items() if others or egraph.fused[i].reads in roots
+                       or len(producers) < len(red.classes[egraph.fused[i].reads])}
             # a fused node whose producer may itself run alone may run alone too (dag.unfused): to a fixpoint
             grown = True
             while grown:
                 grown = False
-                for i in red.nodes:
-                    f = egraph.fused.get(i)
-                    if i not in self.penalty and f is not None and f.reads in red.classes and any(
-                            j in self.penalty for j in red.classes[f.reads] if j in f.producers):
-                        self.penalty[i] = (-1, [], [j for j in red.classes[f.reads] if j in f.producers])
+                for i, (_, producers) in sides.items():
+                    if i not in may_pay and any(j in may_pay for j in producers):
+                        may_pay.add(i)
                         grown = True
-            for i in sorted(self.penalty):
-                _, others, producers = self.penalty[i]
+            for i in sorted(may_pay):
                 self.penalty[i] = (m.add_col(f"p{i:0{node_width}d}", float(egraph.fused[i].extra), 0, 1, False),
-                                   others, producers)
+                                   *sides[i])
             for i, (p, others, producers) in self.penalty.items():     # rows only once every column is in
                 if egraph.fused[i].reads in roots:
                     m.add_row([p, cols[i]], [1.0, -1.0], lo=0)
