@@ -218,7 +218,7 @@ class TensatPass:
             stats.kept_input = "no acyclic extraction"
             return graph_def
         ex.update(status=res.status, cost_after=round(res.dag_cost, 6), greedy_cost=res.greedy_dag_cost,
-                  gap=res.gap, solver=res.solver, seconds=round(res.seconds, 4), acyclic=res.acyclic)
+                  gap=res.gap, bound=res.bound, solver=res.solver, seconds=round(res.seconds, 4), acyclic=res.acyclic)
         stats.extraction = ex
         lap("extract")
         if not res.dag_cost < cost_before:

@@ -8,6 +8,7 @@ best lower bound proven (highest bound any solver reported), so "within x % of w
     python tools/bench_extract.py --reference_seconds=0 --solvers=highs
     python tools/bench_extract.py --solvers= --reference_seconds=0 \
         --variants=order,order-nocycles,order-noscc,order-nocycles-noscc,lazy,lazy-nocycles   # formulation choice
+    python tools/bench_extract.py --solvers=highs --reference_seconds=0 --variants=order-noprune  # without pruning
 """
 from __future__ import annotations
 
@@ -27,8 +28,9 @@ flags.DEFINE_float("seconds", 10.0, "ILP time limit (whole extract() call).")
 flags.DEFINE_float("big_seconds", 10.0, "ILP time limit for files with at least --big_enodes e-nodes.")
 flags.DEFINE_integer("big_enodes", 10_000, "Size from which --big_seconds applies.")
 flags.DEFINE_list("solvers", ["cbc", "highs"], "Solvers to run through extract().")
-flags.DEFINE_list("variants", [], "Extra ILP formulations to compare with HiGHS, as ACYCLICITY[-nocycles][-noscc]: "
-                  "order or lazy acyclicity, without the 2-/3-cycle rows, without the SCC-by-SCC search.")
+flags.DEFINE_list("variants", [], "Extra ILP formulations to compare with HiGHS, as "
+                  "ACYCLICITY[-nocycles][-noscc][-noprune]: order or lazy acyclicity, without the 2-/3-cycle rows, "
+                  "without the SCC-by-SCC search, without reduced-cost fixing.")
 flags.DEFINE_float("reference_seconds", 300.0, "Time of the long reference ILP run (solver auto, relative gap "
                    "--reference_gap) that sets the best known cost and bound; 0 skips it.")
 flags.DEFINE_float("reference_gap", 1e-4, "Relative optimality gap at which the reference run stops.")
@@ -77,7 +79,8 @@ def _variant(egraph, variant: str, limit: float) -> Run:
     t0 = time.monotonic()
     start = greedy.greedy_choice(egraph)
     res = ilp.solve_ilp(egraph, start, limit - (time.monotonic() - t0), "highs", acyclicity=acyclicity,
-                        short_cycles="nocycles" not in options, scc_search="noscc" not in options)
+                        short_cycles="nocycles" not in options, scc_search="noscc" not in options,
+                        prune="noprune" not in options)
     return Run(f"highs:{variant}", dag.dag_cost(egraph, res.choice), res.status, time.monotonic() - t0, res.gap,
                res.bound)
 

@@ -6,7 +6,8 @@
 
 method="greedy" is the greedy DAG extractor (greedy.py); method="ilp" starts from it and improves it with an ILP
 (ilp.py) under a hard wall-clock limit, so its cost is never above greedy's; it stops once the choice is proven within
-1 % of a lower bound (the solver's, or the critical-path bound of bound.py). Every result is checked acyclic.
+1 % of a lower bound (the solver's, the LP bound of reduced-cost fixing in prune.py, or the critical-path bound of
+bound.py). Every result is checked acyclic.
 """
 from __future__ import annotations
 

@@ -3,7 +3,7 @@ acyclic, under a hard wall-clock limit, stopping once proven within rel_gap (1 %
 
 Model, on the reduced e-graph (reduce.py):
   x_i in {0,1} per e-node; minimise sum c_i x_i (each chosen node paid once: DAG cost, not tree cost).
-  roots:     sum_{j in root class} x_j >= 1
+  required:  sum_{j in class c} x_j >= 1    for the roots and every class every acyclic choice computes (required.py)
   children:  sum_{j in class k} x_j >= sum_{i in c, k in kids(i)} x_i    for every class edge c->k
   one node:  sum_{j in class c} x_j <= 1                    an optimal choice never needs two (costs are >= 0),
                                                             and it makes the per-class-edge order rows below valid
@@ -24,16 +24,22 @@ Acyclicity, two ways (chosen by measurement, see BENCHMARKS.md):
   Optionally (short_cycles), that same cycle row for every 2- and 3-cycle of the class graph up front: redundant
   with the order rows for integer x, but it tightens the LP, whose big-M order rows are nearly void.
 
+Pruning (with HiGHS; _pruned_model): before searching, the LP relaxation's duals bound every choice that uses a node
+(prune.py); the nodes only choices costlier than the start can use are blacklisted and the e-graph reduced again,
+which drops more, in rounds. Its LP bound is a bound of the acyclic problem (as min(start cost, bound)), and it is
+often enough on its own: on TENSAT's bert.json the bound goes from 0.586 to 0.704 of an optimum of 0.7047 once a
+choice within about 1 % is known, and 20,244 nodes become 2,009 (BENCHMARKS.md).
+
 Search (with "order", when the e-graph has two or more SCCs): first a neighbourhood search that re-solves one SCC at
-a time with the others fixed (_improve_by_scc; up to 75 % of the time), then the whole model from its result, which
-may still improve it and gives the global lower bound. On TENSAT's bert.json the whole model alone ends anywhere
-between 0.71 and 0.77 in 20 s from run to run; the SCC search reaches 0.7047, the proven optimum, in about 14 s
-(BENCHMARKS.md).
+a time with the others fixed (_improve_by_scc; up to 75 % of the time), then, pruned again when the search found a
+cheaper choice, the whole model from its result, which may still improve it and gives the global lower bound. On
+TENSAT's bert.json the whole model alone ends anywhere between 0.71 and 0.77 in 20 s from run to run; the SCC search
+gets to about 0.71, and the pruned whole model then proves 0.7047 optimal in under a second (BENCHMARKS.md).
 
 Bound: the solvers' dual bounds (each solve is a relaxation of the acyclic problem: restricted SCC solves excepted,
-which are not used for it) and the critical-path bound of bound.py, whichever is higher. When the path bound already
-proves the greedy choice within rel_gap, no model is built (TENSAT's vgg.json, whose ILP relaxation is fooled by
-identity cycles: 1.43 against 4.85, BENCHMARKS.md).
+which are not used for it), the pruning LP's, and the critical-path bound of bound.py, whichever is highest. When the
+path bound already proves the greedy choice within rel_gap, no model is built (TENSAT's vgg.json, whose ILP
+relaxation is fooled by identity cycles: 1.43 against 4.85, BENCHMARKS.md).
 
 The greedy DAG choice is the warm start and the fallback: the best acyclic choice known is kept throughout, so the
 result is never worse than greedy, and it is checked acyclic before it is returned.
@@ -42,6 +48,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import time
 from collections import defaultdict
 from typing import Optional
@@ -53,7 +60,9 @@ from tensat_tf.egraph.data import EGraphData
 from tensat_tf.extract import dag, solvers
 from tensat_tf.extract.bound import path_lower_bound
 from tensat_tf.extract.milp import Milp
+from tensat_tf.extract.prune import excluded, lagrangian_bound
 from tensat_tf.extract.reduce import Reduced, reduce
+from tensat_tf.extract.required import required_classes
 
 # optimal:    proven optimal within the relative gap tolerance (rel_gap, 1 % by default), by the solver or by the
 #             critical-path bound (bound.py);
@@ -147,11 +156,12 @@ class _Model:
                     if j in self.penalty:
                         m.add_row([p, cols[i], self.penalty[j][0]], [1.0, -1.0, -1.0], lo=-1)
         in_class = {c: [cols[j] for j in members] for c, members in red.classes.items()}
-        for r in red.roots:
-            m.add_row(in_class[r], [1.0] * len(in_class[r]), lo=1)
+        # Every class every acyclic choice computes (the roots among them) is computed once (required.py).
+        self.required = set(required_classes(red.classes, red.kids, red.roots))
         for c, members in red.classes.items():
-            if len(members) > 1:
-                m.add_row(in_class[c], [1.0] * len(members), hi=1)
+            lo, hi = (1 if c in self.required else -math.inf), (1 if len(members) > 1 else math.inf)
+            if lo == 1 or hi == 1:
+                m.add_row(in_class[c], [1.0] * len(members), lo=lo, hi=hi)
         # One child row per class edge, not per node: with at most one node per class the sum of the nodes needing
         # k is itself 0/1, and the aggregated row is both fewer rows and a tighter LP than one row per node.
         for (c, k), members in sorted(self.edge_nodes.items()):
@@ -236,12 +246,13 @@ class _Model:
 
 def solve_ilp(egraph: EGraphData, start: dict[int, int], seconds: float, solver: str,
               acyclicity: str = "order", short_cycles: bool = True, scc_search: bool = True,
-              threads: int = 1, rel_gap: float = REL_GAP, path_bound: bool = True) -> IlpResult:
+              threads: int = 1, rel_gap: float = REL_GAP, path_bound: bool = True, prune: bool = True) -> IlpResult:
     """Best acyclic choice found within `seconds` (model building included), never worse than `start`, which must
     be a valid acyclic choice (the greedy one). acyclicity: "order" | "lazy" (see the module doc); scc_search:
     with "order", first improve the start one SCC at a time (see _improve_by_scc). rel_gap: stop (status
     "optimal") once the choice is proven within this relative gap of a lower bound. path_bound: also use the
-    solver-free critical-path bound (bound.py), and skip the ILP when it already proves the start within rel_gap."""
+    solver-free critical-path bound (bound.py), and skip the ILP when it already proves the start within rel_gap.
+    prune: drop the nodes reduced-cost fixing excludes (_pruned_model) before each search, when HiGHS is there."""
     if acyclicity not in ("order", "lazy"):
         raise ValueError(f"acyclicity must be 'order' or 'lazy', not {acyclicity!r}")
     if not rel_gap >= 0:
@@ -254,18 +265,50 @@ def solve_ilp(egraph: EGraphData, start: dict[int, int], seconds: float, solver:
     if seconds < _MIN_SECONDS:                   # not even time to build the model (about 1.5 s on bert.json)
         return IlpResult(best, "fallback", None, None, 0)
     low = path_lower_bound(egraph) if path_bound else None
-    if low is not None:
-        start_cost = dag.dag_cost(egraph, best)
-        if start_cost - low <= rel_gap * start_cost:
-            return IlpResult(best, "optimal", _gap(start_cost, low), min(low, start_cost), 0)
-    model = _Model(egraph, reduce(egraph), acyclicity)
-    if short_cycles:
-        model.add_short_cycle_cuts()
+    best_cost = dag.dag_cost(egraph, best)
+    if low is not None and best_cost - low <= rel_gap * best_cost:
+        return IlpResult(best, "optimal", _gap(best_cost, low), min(low, best_cost), 0)
+    prune = prune and solvers.highs_available()
+
+    def build(on: EGraphData, until: float) -> _Model:
+        nonlocal low
+        if not prune:
+            model = _Model(on, reduce(on), acyclicity)
+            if short_cycles:
+                model.add_short_cycle_cuts()
+            return model
+        model, lp_bound = _pruned_model(on, best, best_cost, acyclicity, short_cycles, until, rel_gap)
+        if lp_bound is not None:                 # a bound of the acyclic problem with best_cost (prune.py)
+            low = lp_bound if low is None else max(low, lp_bound)
+        return model
+
+    def proven() -> bool:
+        return low is not None and best_cost - low <= rel_gap * best_cost
+
+    model = build(egraph, t0 + _PRUNE_SHARE * seconds)
+    if proven():
+        return IlpResult(best, "optimal", _gap(best_cost, low), min(low, best_cost), 0)
     session = solvers.Session(model.milp, solver, threads, rel_gap)
     answered = False                             # did any solve return a valid acyclic choice?
-    if scc_search and acyclicity == "order" and len(set(model.scc_of.values())) > 1:
-        best, answered = _improve_by_scc(model, session, best, t0 + _SCC_SHARE * seconds)
+    while scc_search and acyclicity == "order" and len(set(model.scc_of.values())) > 1:
+        # With pruning, the search stops at a choice _REPRUNE cheaper than the one the model was pruned with: a
+        # cheaper choice excludes more, so prune again (from what is already dropped, which stays dropped), and go on
+        # searching the smaller model unless that proved the choice.
+        best, found = _improve_by_scc(model, session, best, t0 + _SCC_SHARE * seconds,
+                                      (1 - _REPRUNE) * best_cost if prune else -math.inf)
+        answered = answered or found
         model.free_only_scc(None, best)
+        cost = dag.dag_cost(egraph, best)
+        if not (prune and cost < best_cost):
+            break
+        handed_back = cost < (1 - _REPRUNE) * best_cost       # else the search ended: prune once more, then stop
+        best_cost = cost
+        model = build(model.egraph, t0 + (_SCC_SHARE + 1.0) / 2 * seconds)
+        if proven():
+            return IlpResult(best, "optimal", _gap(best_cost, low), min(low, best_cost), 0)
+        session = solvers.Session(model.milp, solver, threads, rel_gap)
+        if not handed_back:
+            break
     best_cost = dag.dag_cost(egraph, best)
     model.set_start(best)
 
@@ -296,7 +339,7 @@ def solve_ilp(egraph: EGraphData, start: dict[int, int], seconds: float, solver:
             model.add_cycle_cut(c)
         model.set_start(best)
 
-    if low is not None:                          # both are lower bounds of the acyclic problem: keep the higher
+    if low is not None:                          # all are lower bounds of the acyclic problem: keep the highest
         bound = low if bound is None else max(bound, low)
     if bound is not None:
         bound = min(bound, best_cost)
@@ -318,13 +361,52 @@ _MIN_SECONDS = 0.5
 # Kept back from the solvers for reading and checking their answer here and in extract() (~0.3 s on bert.json).
 _TAIL = 0.4
 
+# Reduced-cost fixing (_pruned_model) stops starting LPs after this share of the time: on bert.json it proves the
+# answer or shrinks the model in about 3 s of 10.
+_PRUNE_SHARE = 0.5
+
+# The SCC search hands back for pruning again once its choice is this much (relative) cheaper than the one the model
+# was pruned with (on bert.json: the greedy 0.8247, then 0.7837, which prunes the model to 2,009 nodes).
+_REPRUNE = 0.01
+
 # At most this share of the time goes to the SCC-by-SCC search; the rest to the whole model, which also gives the
 # global bound (the search's bounds hold only for its restricted models).
 _SCC_SHARE = 0.75
 
 
+def _pruned_model(egraph: EGraphData, best: dict[int, int], best_cost: float, acyclicity: str, short_cycles: bool,
+                  until: float, rel_gap: float) -> tuple[_Model, Optional[float]]:
+    """The model of `egraph` less the nodes that reduced-cost fixing (prune.py) excludes from every choice cheaper
+    than `best` (of cost best_cost), and the highest LP-dual bound met: every acyclic choice costs at least
+    min(best_cost, that bound). Each round solves the model's LP relaxation, blacklists the nodes it excludes,
+    and reduces again (reduce.py), which drops more (their ungroundable or unreachable neighbours); rounds go on
+    while they exclude something, the bound is not yet within rel_gap, and `until` has not passed. `best`'s nodes are
+    never dropped, so it stays a warm start."""
+    keep = frozenset(best.values())
+    black = set(egraph.blacklist)
+    bound: Optional[float] = None
+    while True:
+        on = egraph if black == egraph.blacklist else dataclasses.replace(egraph, blacklist=frozenset(black))
+        model = _Model(on, reduce(on, keep), acyclicity)
+        if short_cycles:
+            model.add_short_cycle_cuts()
+        lp = solvers.solve_lp(model.milp, until - time.monotonic())
+        if lp is None:
+            return model, bound
+        low, reduced = lagrangian_bound(model.milp, lp.row_duals)
+        bound = low if bound is None else max(bound, low)
+        if best_cost - bound <= rel_gap * best_cost:
+            return model, bound
+        nodes = [i for i in sorted(model.col) if i not in keep]
+        out = excluded([model.col[i] for i in nodes], model.milp, low, reduced, best_cost)
+        log.debug("prune: %d nodes, LP %.6f, bound %.6f, %d excluded", len(model.col), lp.objective, low, len(out))
+        if not out:
+            return model, bound
+        black.update(nodes[k] for k in out)
+
+
 def _improve_by_scc(model: _Model, session: solvers.Session, best: dict[int, int],
-                    until: float) -> tuple[dict[int, int], bool]:
+                    until: float, stop_below: float = -math.inf) -> tuple[dict[int, int], bool]:
     """Large-neighbourhood search: re-optimise one SCC at a time, all nodes of the other SCCs fixed to the incumbent
     and the acyclic rest of the e-graph free. Cycles never cross SCCs, so each sub-problem keeps only its own order
     rows, and HiGHS solves most of them to optimality in well under a second where the whole model stalls: on
@@ -332,7 +414,8 @@ def _improve_by_scc(model: _Model, session: solvers.Session, best: dict[int, int
 
     Rounds repeat until every SCC has been solved to optimality since the last improvement (an improvement changes
     the fixed context of all the others). A sub-problem that runs out of its time share is retried in a later round
-    with twice the time. Returns (best choice, whether any sub-problem returned a valid choice)."""
+    with twice the time. The search also ends once the best cost is below `stop_below` (for the caller to prune
+    again). Returns (best choice, whether any sub-problem returned a valid choice)."""
     egraph = model.egraph
     size: dict[int, int] = defaultdict(int)
     for s in model.scc_of.values():
@@ -376,6 +459,8 @@ def _improve_by_scc(model: _Model, session: solvers.Session, best: dict[int, int
             else:
                 short.add(s)
             log.debug("scc %d (%d classes): %s in %.2f s, best %.6f", s, size[s], res.status, res.seconds, best_cost)
+            if best_cost < stop_below:
+                return best, any_valid
     return best, any_valid
 
 

@@ -19,6 +19,7 @@ Each step removes only nodes that no optimal acyclic choice needs:
 from __future__ import annotations
 
 import dataclasses
+from typing import Iterable
 
 from tensat_tf.egraph.data import EGraphData
 from tensat_tf.extract.greedy import NoExtraction, needed_classes
@@ -32,7 +33,9 @@ class Reduced:
     roots: list[int]                     # distinct root classes
 
 
-def reduce(egraph: EGraphData) -> Reduced:
+def reduce(egraph: EGraphData, keep: Iterable[int] = ()) -> Reduced:
+    """`keep`: nodes never dropped as dominated (a known choice's, so that it stays a warm start); the other steps
+    never drop a node of an acyclic choice avoiding the blacklist."""
     nodes = egraph.nodes
     kids = [tuple(sorted(set(n.children))) for n in nodes]
     alive = [i not in egraph.blacklist and nodes[i].eclass not in kids[i] for i in range(len(nodes))]
@@ -42,7 +45,7 @@ def reduce(egraph: EGraphData) -> Reduced:
     bad = [r for r in roots if not any(alive[i] for i in egraph.classes[r])]
     if bad:
         raise NoExtraction(f"root classes {bad} have no acyclic, non-blacklisted extraction")
-    _drop_dominated(egraph, kids, alive)
+    _drop_dominated(egraph, kids, alive, frozenset(keep))
 
     reach = needed_classes(egraph, alive)
     classes = {c: [i for i in members if alive[i]] for c, members in enumerate(egraph.classes) if reach[c]}
@@ -88,7 +91,7 @@ def _chain_extra(egraph: EGraphData, i: int, produces: dict[int, set[int]], memo
     return memo[i]
 
 
-def _drop_dominated(egraph: EGraphData, kids: list[tuple[int, ...]], alive: list[bool]) -> None:
+def _drop_dominated(egraph: EGraphData, kids: list[tuple[int, ...]], alive: list[bool], keep: frozenset[int]) -> None:
     cost = [n.cost for n in egraph.nodes]
     produces: dict[int, set[int]] = {}          # node -> the fused nodes it is a producer for
     partner: dict[int, set[int]] = {}           # node -> the fused nodes it is a partner of
@@ -106,6 +109,8 @@ def _drop_dominated(egraph: EGraphData, kids: list[tuple[int, ...]], alive: list
             continue
         sets = {i: frozenset(kids[i]) for i in live}
         for a in live:
+            if a in keep:
+                continue
             for b in live:
                 if b == a or not (sets[b] <= sets[a] and worst[b] <= cost[a]
                                   and produces.get(a, none) <= produces.get(b, none)

@@ -97,6 +97,57 @@ def solve(milp: Milp, solver: str, seconds: float, threads: int = 1, rel_gap: Op
     return Session(milp, solver, threads, rel_gap).solve(seconds)
 
 
+@dataclasses.dataclass
+class LpResult:
+    objective: float            # the LP relaxation's optimum, as HiGHS reports it
+    values: np.ndarray          # its solution, one value per Milp column
+    row_duals: np.ndarray       # one dual value per Milp row (HiGHS's sign: reduced cost = cost - A^T row_duals)
+
+
+def solve_lp(milp: Milp, seconds: float) -> Optional[LpResult]:
+    """The LP relaxation of `milp` (integrality dropped, current column bounds) with HiGHS, within `seconds`; None
+    when HiGHS is missing, runs out of time or finds no optimum. Synchronous: HiGHS's simplex keeps to its own time
+    limit, unlike its branch and bound."""
+    if not highs_available() or seconds <= 0.05:
+        return None
+    import highspy
+
+    milp._freeze()
+    h = _new_highs()
+    h.setOptionValue("output_flag", False)
+    h.setOptionValue("threads", 1)
+    h.setOptionValue("time_limit", float(seconds))
+    inf = h.getInfinity()
+    n = milp.num_cols
+    h.addVars(n, np.where(np.isinf(milp.lo), -inf, milp.lo), np.where(np.isinf(milp.hi), inf, milp.hi))
+    h.changeColsCost(n, np.arange(n, dtype=np.int32), milp.cost)
+    if milp.rows:
+        lo = np.array([-inf if math.isinf(r[0]) else r[0] for r in milp.rows], dtype=np.float64)
+        hi = np.array([inf if math.isinf(r[1]) else r[1] for r in milp.rows], dtype=np.float64)
+        starts = np.cumsum([0] + [len(r[2]) for r in milp.rows[:-1]]).astype(np.int32)
+        idx = np.concatenate([r[2] for r in milp.rows]).astype(np.int32)
+        val = np.concatenate([r[3] for r in milp.rows]).astype(np.float64)
+        h.addRows(len(milp.rows), lo, hi, len(idx), starts, idx, val)
+    h.run()
+    if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
+        return None
+    sol = h.getSolution()
+    return LpResult(float(h.getInfo().objective_function_value), np.array(sol.col_value, dtype=np.float64),
+                    np.array(sol.row_dual, dtype=np.float64))
+
+
+def _new_highs():
+    """A highspy.Highs(); the first of the process with its licence banner kept off stdout (_stdout_silenced)."""
+    import highspy
+
+    if _HiGHS._banner_done:
+        return highspy.Highs()
+    with _stdout_silenced():
+        h = highspy.Highs()
+    _HiGHS._banner_done = True
+    return h
+
+
 class _PulpMirror:
     """The Milp as PuLP objects (for CBC's MPS writer), kept between solves: only new rows, the current bounds and the
     warm start are brought over each time (building bert.json's model through PuLP takes seconds)."""
@@ -218,12 +269,7 @@ class _HiGHS:
     def __init__(self, milp: Milp, threads: int, rel_gap: Optional[float]):
         import highspy                              # optional dependency: only here, where HiGHS is known to exist
 
-        if _HiGHS._banner_done:
-            h = highspy.Highs()
-        else:
-            with _stdout_silenced():
-                h = highspy.Highs()
-            _HiGHS._banner_done = True
+        h = _new_highs()
         h.setOptionValue("output_flag", False)
         h.setOptionValue("threads", int(threads))
         if rel_gap is not None:
