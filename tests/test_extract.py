@@ -395,3 +395,34 @@ def test_default_ilp_is_within_one_percent_of_its_bound(name):
     assert r.bound is not None and r.bound <= r.dag_cost + 1e-12
     assert r.dag_cost <= r.greedy_dag_cost + 1e-12
     assert r.gap is not None and r.gap <= 0.01, (name, r.dag_cost, r.bound, r.gap, r.seconds)
+
+
+# CBC's log when it stops within -ratioGap (TENSAT's resnet50.json): PuLP calls that "optimal", and reporting the
+# objective as the bound claimed 4.396867 where a choice of 4.385795 exists.
+CBC_GAP_STOP = """Cbc0011I Exiting as integer gap of 0.023056003 less than 1e-10 or 1%
+Result - Optimal solution found (within gap tolerance)
+Objective value:                4.39686696
+Lower bound:                    4.374
+Gap:                            0.01
+"""
+
+
+def test_cbc_bound_is_read_from_its_log_and_never_rounded_up():
+    assert solvers.cbc_bound(CBC_GAP_STOP, 4.396866964176297) == pytest.approx(4.396866964176297 - 0.023056003,
+                                                                                 abs=1e-7)
+    assert solvers.cbc_bound(CBC_GAP_STOP, 4.396866964176297) < 4.396866964176297 - 0.023056003
+    no_gap = CBC_GAP_STOP.replace(CBC_GAP_STOP.splitlines()[0] + "\n", "")
+    assert solvers.cbc_bound(no_gap, 4.39) == pytest.approx(4.3735)      # "4.374" printed: the bound is >= 4.3735
+    assert solvers.cbc_bound("Lower bound: 1.2e-05\n", None) == pytest.approx(1.15e-05)
+    assert solvers.cbc_bound("Partial search - best objective 3 (best possible 2.75), took 9 iterations\n",
+                             3.0) == 2.75
+    assert solvers.cbc_bound("nothing here", 1.0) is None
+
+
+@pytest.mark.slow
+@needs_data
+def test_cbc_bound_stays_below_a_known_choice_on_resnet50():
+    """4.385795 is the cost of an acyclic choice HiGHS finds (BENCHMARKS.md): no proven bound may exceed it."""
+    eg = serialized.load(os.path.join(DATA, "resnet50.json"))
+    r = extract(eg, method="ilp", solver="cbc")
+    assert r.bound is not None and r.bound <= 4.385795 + 1e-6

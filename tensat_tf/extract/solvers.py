@@ -220,20 +220,40 @@ class _CBC(pulp.PULP_CBC_CMD):
             status, values, _, _, _, sol_status = self.readsol_MPS(sol, prob, vs, var_names, con_names)
             with open(log) as f:
                 text = f.read()
-            # "best possible" has full precision; the summary's "Lower bound:" is rounded to 3 decimals.
-            bound = _parse_float(r"best possible ([-+.\deE]+)", text)
-            if bound is None:
-                bound = _parse_float(r"Lower bound:\s*(\S+)", text)
         if status == pulp.LpStatusInfeasible:
             return SolveResult("infeasible", None, None, 0.0)
         if status != pulp.LpStatusOptimal:          # PuLP's "Optimal" also covers "stopped with a solution"
-            return SolveResult("none", None, bound, 0.0)
+            return SolveResult("none", None, cbc_bound(text, None), 0.0)
         prob.assignVarsVals(values)
         x = np.array([0.0 if v.varValue is None else float(v.varValue) for v in cols], dtype=np.float64)
         obj = milp.objective(x)
         if sol_status == pulp.LpSolutionOptimal:
-            return SolveResult("optimal", obj, obj, 0.0, x)
-        return SolveResult("feasible", obj, bound, 0.0, x)
+            # "Optimal" is also a stop within -ratioGap: its bound is below the objective
+            return SolveResult("optimal", obj, cbc_bound(text, obj) if "gap tolerance" in text else obj, 0.0, x)
+        return SolveResult("feasible", obj, cbc_bound(text, obj), 0.0, x)
+
+
+def cbc_bound(log: str, objective: Optional[float]) -> Optional[float]:
+    """CBC's proven lower bound, read from its log so that it is never above the true one: "best possible" (full
+    precision; a stop on time), else the objective less the "integer gap" it exited on (a stop within -ratioGap),
+    else the summary's "Lower bound:", which is rounded (to 3 decimals), less half a unit of its last digit."""
+    exact = _parse_float(r"best possible ([-+.\deE]+)", log)
+    if exact is not None:
+        return exact
+    gap = _parse_float(r"integer gap of ([-+.\deE]+)", log)
+    if gap is not None and objective is not None:
+        return objective - abs(gap) * (1 + 1e-6)   # the gap is printed to 8 digits: round it up
+    printed = re.search(r"Lower bound:\s*(\S+)", log)
+    value = _parse_float(r"Lower bound:\s*(\S+)", log)
+    if value is None:
+        return None
+    mantissa, _, exponent = printed.group(1).lower().partition("e")
+    decimals = len(mantissa.partition(".")[2])
+    try:
+        scale = 10.0 ** int(exponent) if exponent else 1.0
+    except ValueError:
+        return None
+    return value - 0.5 * 10.0 ** -decimals * scale
 
 
 def _parse_float(pattern: str, text: str) -> Optional[float]:
