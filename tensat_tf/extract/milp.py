@@ -66,6 +66,20 @@ class Milp:
         self.rows.append((float(lo), float(hi), np.array(keys, dtype=np.int32),
                           np.array([acc[k] for k in keys], dtype=np.float64)))
 
+    def row_arrays(self, first: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Rows `first`.. in bulk, compressed by row: (lo, hi, starts, column indices, values), lo / hi with their
+        infinities, starts[k] the position in the indices where row first + k begins. What HiGHS takes (solvers.py)
+        and what the Lagrangian bound sums over (prune.py)."""
+        rows = self.rows[first:]
+        lo = np.array([r[0] for r in rows], dtype=np.float64)
+        hi = np.array([r[1] for r in rows], dtype=np.float64)
+        if not rows:
+            return lo, hi, np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.int32), np.zeros(0, dtype=np.float64)
+        starts = np.cumsum([0] + [len(r[2]) for r in rows[:-1]]).astype(np.int32)
+        idx = np.concatenate([r[2] for r in rows]).astype(np.int32)
+        val = np.concatenate([r[3] for r in rows]).astype(np.float64)
+        return lo, hi, starts, idx, val
+
     def objective(self, x: np.ndarray) -> float:
         self._freeze()
         return float(self.cost @ x)

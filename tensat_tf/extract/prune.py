@@ -33,19 +33,13 @@ def lagrangian_bound(milp: Milp, row_duals: np.ndarray) -> tuple[float, np.ndarr
     y = np.asarray(row_duals, dtype=np.float64)
     if len(y) != len(milp.rows):
         raise ValueError(f"{len(y)} duals for {len(milp.rows)} rows")
-    lo = np.array([r[0] for r in milp.rows], dtype=np.float64)
-    hi = np.array([r[1] for r in milp.rows], dtype=np.float64)
+    lo, hi, starts, idx, val = milp.row_arrays()
     # a zero, or a multiplier on the row's infinite side, counts as 0
     y = np.where((y > 0) & np.isfinite(lo) | (y < 0) & np.isfinite(hi), y, 0.0)
     total = float(np.sum(np.where(y > 0, y * np.where(np.isfinite(lo), lo, 0.0), 0.0))
                   + np.sum(np.where(y < 0, y * np.where(np.isfinite(hi), hi, 0.0), 0.0)))
-    if milp.rows:
-        sizes = [len(r[2]) for r in milp.rows]
-        idx = np.concatenate([r[2] for r in milp.rows])
-        val = np.concatenate([r[3] for r in milp.rows]) * np.repeat(y, sizes)
-        a_ty = np.bincount(idx, weights=val, minlength=milp.num_cols)
-    else:
-        a_ty = np.zeros(milp.num_cols, dtype=np.float64)
+    sizes = np.diff(np.append(starts, len(idx)))
+    a_ty = np.bincount(idx, weights=val * np.repeat(y, sizes), minlength=milp.num_cols)
     d = milp.cost - a_ty
     total += float(np.sum(np.minimum(d * milp.lo, d * milp.hi)))
     return total, d

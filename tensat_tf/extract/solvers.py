@@ -117,23 +117,31 @@ def solve_lp(milp: Milp, seconds: float) -> Optional[LpResult]:
     h.setOptionValue("output_flag", False)
     h.setOptionValue("threads", 1)
     h.setOptionValue("time_limit", float(seconds))
-    inf = h.getInfinity()
-    n = milp.num_cols
-    h.addVars(n, np.where(np.isinf(milp.lo), -inf, milp.lo), np.where(np.isinf(milp.hi), inf, milp.hi))
-    h.changeColsCost(n, np.arange(n, dtype=np.int32), milp.cost)
-    if milp.rows:
-        lo = np.array([-inf if math.isinf(r[0]) else r[0] for r in milp.rows], dtype=np.float64)
-        hi = np.array([inf if math.isinf(r[1]) else r[1] for r in milp.rows], dtype=np.float64)
-        starts = np.cumsum([0] + [len(r[2]) for r in milp.rows[:-1]]).astype(np.int32)
-        idx = np.concatenate([r[2] for r in milp.rows]).astype(np.int32)
-        val = np.concatenate([r[3] for r in milp.rows]).astype(np.float64)
-        h.addRows(len(milp.rows), lo, hi, len(idx), starts, idx, val)
+    h.addVars(milp.num_cols, *_col_bounds(h, milp))
+    h.changeColsCost(milp.num_cols, np.arange(milp.num_cols, dtype=np.int32), milp.cost)
+    _add_rows(h, milp, 0)
     h.run()
     if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
         return None
     sol = h.getSolution()
     return LpResult(float(h.getInfo().objective_function_value), np.array(sol.col_value, dtype=np.float64),
                     np.array(sol.row_dual, dtype=np.float64))
+
+
+def _col_bounds(h, milp: Milp) -> tuple[np.ndarray, np.ndarray]:
+    """The Milp's column bounds with HiGHS's infinity."""
+    inf = h.getInfinity()
+    return (np.where(np.isinf(milp.lo), -inf, milp.lo).astype(np.float64),
+            np.where(np.isinf(milp.hi), inf, milp.hi).astype(np.float64))
+
+
+def _add_rows(h, milp: Milp, first: int) -> None:
+    """Rows `first`.. of the Milp into HiGHS, in one call."""
+    if first >= len(milp.rows):
+        return
+    lo, hi, starts, idx, val = milp.row_arrays(first)
+    inf = h.getInfinity()
+    h.addRows(len(lo), np.where(np.isinf(lo), -inf, lo), np.where(np.isinf(hi), inf, hi), len(idx), starts, idx, val)
 
 
 def _new_highs():
@@ -244,16 +252,16 @@ def cbc_bound(log: str, objective: Optional[float]) -> Optional[float]:
     if gap is not None and objective is not None:
         return objective - abs(gap) * (1 + 1e-6)   # the gap is printed to 8 digits: round it up
     printed = re.search(r"Lower bound:\s*(\S+)", log)
-    value = _parse_float(r"Lower bound:\s*(\S+)", log)
-    if value is None:
+    if printed is None:
         return None
     mantissa, _, exponent = printed.group(1).lower().partition("e")
-    decimals = len(mantissa.partition(".")[2])
     try:
-        scale = 10.0 ** int(exponent) if exponent else 1.0
+        value, scale = float(printed.group(1)), 10.0 ** int(exponent) if exponent else 1.0
     except ValueError:
         return None
-    return value - 0.5 * 10.0 ** -decimals * scale
+    if not math.isfinite(value):
+        return None
+    return value - 0.5 * 10.0 ** -len(mantissa.partition(".")[2]) * scale
 
 
 def _parse_float(pattern: str, text: str) -> Optional[float]:
@@ -296,9 +304,8 @@ class _HiGHS:
             h.setOptionValue("mip_rel_gap", float(rel_gap))
         h.HandleUserInterrupt = True
         n = milp.num_cols
-        inf = h.getInfinity()
-        self.milp, self.h, self.inf = milp, h, inf
-        lo, hi = self._bounds()
+        self.milp, self.h = milp, h
+        lo, hi = _col_bounds(h, milp)
         h.addVars(n, lo, hi)
         idx = np.arange(n, dtype=np.int32)
         h.changeColsCost(n, idx, milp.cost)
@@ -309,27 +316,14 @@ class _HiGHS:
         self.trust_start = True       # see run()
         self._add_new_rows()
 
-    def _bounds(self):
-        lo = np.where(np.isinf(self.milp.lo), -self.inf, self.milp.lo)
-        hi = np.where(np.isinf(self.milp.hi), self.inf, self.milp.hi)
-        return lo.astype(np.float64), hi.astype(np.float64)
-
     def _add_new_rows(self) -> None:
-        new = self.milp.rows[self.rows_built:]
-        if not new:
-            return
-        lo = np.array([-self.inf if math.isinf(r[0]) else r[0] for r in new], dtype=np.float64)
-        hi = np.array([self.inf if math.isinf(r[1]) else r[1] for r in new], dtype=np.float64)
-        starts = np.cumsum([0] + [len(r[2]) for r in new[:-1]]).astype(np.int32)
-        idx = np.concatenate([r[2] for r in new]).astype(np.int32)
-        val = np.concatenate([r[3] for r in new]).astype(np.float64)
-        self.h.addRows(len(new), lo, hi, len(idx), starts, idx, val)
+        _add_rows(self.h, self.milp, self.rows_built)
         self.rows_built = len(self.milp.rows)
 
     def run(self, seconds: float) -> SolveResult:
         h = self.h
         self._add_new_rows()
-        lo, hi = self._bounds()
+        lo, hi = _col_bounds(h, self.milp)
         if not (np.array_equal(lo, self.built_bounds[0]) and np.array_equal(hi, self.built_bounds[1])):
             idx = np.arange(len(lo), dtype=np.int32)
             h.changeColsBounds(len(idx), idx, lo, hi)
