@@ -1,6 +1,6 @@
 """rules/const_fold.rules end to end: on small graphs shaped like what Keras 3 exports leave after Grappler
-(MobileNetV3's hard-swish before a depthwise conv, Xception's residual of two biased branches, DenseNet's transition),
-the pass takes the folded forms, the graph loses the nodes, and the values stay the same."""
+(MobileNetV3's hard-swish before a depthwise conv, Xception's residual of two biased branches, a residual add after a
+folded BatchNorm, DenseNet's transition), the pass takes the folded forms, the graph loses the nodes, and the values stay the same."""
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -31,6 +31,11 @@ def _residual_biases(x):
     return tf.add(b, a)
 
 
+def _residual_after_bn(x):
+    # what Grappler's arithmetic optimizer leaves of (conv + b) + x after a folded BatchNorm: AddN(x, conv) + b
+    return tf.add(tf.add_n([x, tf.nn.conv2d(x, _const(1, 1, 4, 4), 1, "SAME")]), _const(4))
+
+
 def _transition(x):
     return tf.nn.avg_pool2d(tf.nn.conv2d(tf.nn.relu(x), _const(1, 1, 4, 2), 1, "VALID"), 2, 2, "VALID")
 
@@ -50,6 +55,7 @@ def _preactivation_bn(x, negative_channel=None):
     (_hard_swish_depthwise, "C07-depthwise-scalar-in", {"Mul": 1}),
     (_residual_biases, "C17-residual-biases-join", {"AddV2": 2, "BiasAdd": -1}),   # 3 adds: 1 AddV2 + 1 BiasAdd
     (_transition, "C18-avgpool-conv1x1-swap", {}),
+    (_residual_after_bn, "C19-residual-bias-onto-right", {"AddN": 1, "AddV2": 0, "BiasAdd": -1}),
     (_preactivation_bn, "P03-conv-positive-channel-scale-in", {"Mul": 1}),
     (lambda x: _preactivation_bn(x, negative_channel=3), None, {"Mul": 0}),
 ])
