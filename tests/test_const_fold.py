@@ -1,6 +1,7 @@
-"""rules/const_fold.rules end to end: on small graphs shaped like what Keras 3 exports leave after Grappler
-(MobileNetV3's hard-swish before a depthwise conv, Xception's residual of two biased branches, a residual add after a
-folded BatchNorm, DenseNet's transition), the pass takes the folded forms, the graph loses the nodes, and the values stay the same."""
+"""rules/const_fold.rules (and tf_fold.rules' F29) end to end: on small graphs shaped like what Keras 3 exports leave
+after Grappler (MobileNetV3's hard-swish before a depthwise conv, Xception's residual of two biased branches, a residual
+add after a folded BatchNorm, DenseNet's transition, a squeeze-excite block's one-pixel convs), the pass takes the
+folded forms, the graph loses the nodes, and the values stay the same."""
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -36,6 +37,13 @@ def _residual_after_bn(x):
     return tf.add(tf.add_n([x, tf.nn.conv2d(x, _const(1, 1, 4, 4), 1, "SAME")]), _const(4))
 
 
+def _squeeze_excite(x):
+    # MobileNetV3's and EfficientNet's squeeze-excite: two 1x1 convs on the global mean, a one-pixel image
+    m = tf.reduce_mean(x, [1, 2], keepdims=True)
+    h = tf.nn.relu(tf.nn.bias_add(tf.nn.conv2d(m, _const(1, 1, 4, 2), 1, "SAME"), _const(2)))
+    return x * tf.sigmoid(tf.nn.bias_add(tf.nn.conv2d(h, _const(1, 1, 2, 4), 1, "VALID"), _const(4)))
+
+
 def _transition(x):
     return tf.nn.avg_pool2d(tf.nn.conv2d(tf.nn.relu(x), _const(1, 1, 4, 2), 1, "VALID"), 2, 2, "VALID")
 
@@ -56,6 +64,7 @@ def _preactivation_bn(x, negative_channel=None):
     (_residual_biases, "C17-residual-biases-join", {"AddV2": 2, "BiasAdd": -1}),   # 3 adds: 1 AddV2 + 1 BiasAdd
     (_transition, "C18-avgpool-conv1x1-swap", {}),
     (_residual_after_bn, "C19-residual-bias-onto-right", {"AddN": 1, "AddV2": 0, "BiasAdd": -1}),
+    (_squeeze_excite, "F29-pixel-conv-as-batch-matmul", {"Conv2D": 2, "BatchMatMulV2": -2}),
     (_preactivation_bn, "P03-conv-positive-channel-scale-in", {"Mul": 1}),
     (lambda x: _preactivation_bn(x, negative_channel=3), None, {"Mul": 0}),
 ])
