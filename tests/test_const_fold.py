@@ -1,7 +1,8 @@
-"""rules/const_fold.rules (and tf_fold.rules' F29) end to end: on small graphs shaped like what Keras 3 exports leave
-after Grappler (MobileNetV3's hard-swish before a depthwise conv, Xception's residual of two biased branches, a residual
-add after a folded BatchNorm, DenseNet's transition, a squeeze-excite block's one-pixel convs), the pass takes the
-folded forms, the graph loses the nodes, and the values stay the same."""
+"""rules/const_fold.rules (and tf_fold.rules' F29 and F30) end to end: on small graphs shaped like what Keras 3
+exports leave after Grappler (MobileNetV3's hard-swish before a depthwise conv, Xception's residual of two biased
+branches, a residual add after a folded BatchNorm, DenseNet's transition and pre-activation batch norm, a
+squeeze-excite block's one-pixel convs), the pass takes the folded forms, the graph loses the nodes, and the values
+stay the same."""
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -85,5 +86,30 @@ def test_const_fold_applies_and_keeps_values(build, rule, fewer_ops):
     for op, fewer in fewer_ops.items():
         assert count(out, op) == count(gd, op) - fewer, (op, count(gd, op), count(out, op))
     data = RNG.normal(size=(2, 8, 8, 4)).astype(np.float32)
+    want, got = (run_graph(graph_def, item, [data])[0] for graph_def in (gd, out))
+    assert np.max(np.abs(want - got)) <= 1e-5 * np.max(np.abs(want))
+
+
+@pytest.mark.parametrize("hw, depthwise", [(56, 1), (32, 0)])
+def test_channel_scale_runs_as_depthwise_on_large_tensors_only(hw, depthwise):
+    """Rule F30 and its price (cost/fusion.py, depthwise): DenseNet's pre-activation batch norm on a concatenation,
+    relu(y*s + t) before a 1x1 conv, becomes one 1x1 depthwise conv with the shift and the ReLU fused at 56x56x64
+    (200k elements per image), where it pays; at 32x32x64 (65k, under the measured crossover) the rule applies in the
+    e-graph but extraction keeps the scale folded into the conv and AddV2 + Relu."""
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, hw, hw, 32], name="x")
+        y = tf.concat([x, tf.nn.conv2d(x, _const(3, 3, 32, 32), 1, "SAME")], axis=3)
+        s = RNG.uniform(0.5, 1.5, 64).astype(np.float32)
+        r = tf.nn.relu(tf.add(tf.multiply(y, tf.constant(s)), _const(64)))
+        tf.identity(tf.nn.conv2d(r, _const(1, 1, 64, 16), 1, "SAME"), name="out")
+    gd = g.as_graph_def()
+    item = GrapplerItem(feeds=["x:0"], fetches=["out:0"])
+    p = TensatPass(EngineOptions(enable_rules=["tf-fold"]))
+    out = p.optimize(gd, item)
+    assert sum(n.op == "DepthwiseConv2dNative" for n in out.node) == depthwise, p.stats.rules_applied
+    if depthwise:       # the scale and the shift are gone into the depthwise conv and its BiasAdd
+        assert not [n.op for n in out.node if n.op in ("Mul", "AddV2")]
+    data = RNG.normal(size=(2, hw, hw, 32)).astype(np.float32)
     want, got = (run_graph(graph_def, item, [data])[0] for graph_def in (gd, out))
     assert np.max(np.abs(want - got)) <= 1e-5 * np.max(np.abs(want))

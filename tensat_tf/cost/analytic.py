@@ -71,6 +71,9 @@ class Device:
     # what a bias on a MatMul costs: the runtime always fuses it (_FusedMatMul), and that kernel takes this much more
     # than the plain MatMul, whatever the size (0: the bias is priced as a separate op)
     fused_matmul_us: float = 0.0
+    # what a depthwise conv's fused bias costs more than its arithmetic (the activation after it costs only that),
+    # whatever the size; used where "DepthwiseConv2dNative" is in fused_contractions
+    fused_depthwise_us: float = 0.0
     # FLOP-equivalents per element of an op run as a fused epilogue (fused_cost), where it differs from 1
     fused_flops_per_element_by_term: tuple[tuple[str, float], ...] = ()
 
@@ -106,14 +109,17 @@ class Device:
 #     (150; kernel trace, Grappler on).
 #   fused_matmul_us 4.5, fused_flops_per_element_by_term Erfc 33: a MatMul's fused bias, and its fused GELU, timed
 #     against the plain MatMul (cost/fusion.py, "MatMul").
+#   fused_depthwise_us 4: a depthwise conv's fused bias + Relu6 against the conv alone, 4.6 us at [1,14,14,256] and
+#     11.5 us at [1,56,56,144] where the separate ops would take 20 and 175 (cost/fusion.py, "depthwise").
 #   strided_copy_efficiency 0.5: Transpose 1024x1024 reaches 30 GB/s, [0,2,1,3] on 8x128x12x64 73 GB/s.
 #   broadcast_efficiency 0.3: AddV2 / Mul / BiasAdd of a per-channel vector onto NHWC activations reach 20 GB/s with
 #     16 channels, 29 with 32, 43 with 1024 (a scalar operand streams at full speed).
 #   fused_contractions ("Conv2D",): tensat_tf/cost/fusion_bench.py (`tensat_tf calibrate --fusion`), Grappler on as
 #     when serving: Conv2D + BiasAdd (+ Relu) runs as one _MklNativeFusedConv2D whose epilogue costs 0 +- 1.5 us against
 #     3.1-3.4 us for BiasAdd + Relu as separate ops at [1,14,14,32] (this model predicts 3.0), 7-8 us at C=128, 11-13
-#     at C=256; Conv2D + AddV2([C]) fuses the same way. MatMul and depthwise epilogues fuse but are not faster
-#     (fusion.py has the numbers), so they stay priced as separate ops. Per-node overhead in the same runs (a [1]
+#     at C=256; Conv2D + AddV2([C]) fuses the same way. A depthwise conv's epilogue is fused too, at a fixed cost
+#     (fused_depthwise_us); a MatMul's at another (fused_matmul_us; fusion.py has the numbers). Per-node overhead in
+#     the same runs (a [1]
 #     Relu, R=8 copies): 0.13-0.55 us, so op_overhead_us 0.3 stands.
 #   call_overhead_us 160: a SavedModel whose signature computes one Sin of a [1,64] tensor takes 0.163-0.171 ms per
 #     call (tensat_tf/latency.py's measurement: the signature called from Python, outputs forced), and a chain of
@@ -131,8 +137,8 @@ CPU = Device(
                          ("AvgPool", 2.8), ("Transpose", 3.7), ("MaxPool", 4.7), ("Conv2D", 5.5),
                          ("DepthwiseConv2dNative", 8.3), ("FusedBatchNormV3", 4.5), ("Einsum", 3.2)),
     flops_per_element_by_term=(("Tanh", 35.0), ("Sigmoid", 64.0), ("Erfc", 150.0)),
-    strided_copy_efficiency=0.5, broadcast_efficiency=0.3, fused_contractions=("Conv2D",),
-    fused_activations=FUSED_ACTIVATIONS, call_overhead_us=160.0, fused_matmul_us=4.5,
+    strided_copy_efficiency=0.5, broadcast_efficiency=0.3, fused_contractions=("Conv2D", "DepthwiseConv2dNative"),
+    fused_activations=FUSED_ACTIVATIONS, call_overhead_us=160.0, fused_matmul_us=4.5, fused_depthwise_us=4.0,
     fused_flops_per_element_by_term=(("Erfc", 33.0),))
 
 # GPU devices: peak and bandwidth from the vendor datasheets, dense FP32 without tensor cores (the graphs are
@@ -340,9 +346,12 @@ def node_cost(term: str, payload, in_shapes: Optional[Sequence[Shape]], out_shap
     bandwidth = device.bandwidth_gbs
     if term == "Transpose":
         bandwidth *= device.strided_copy_efficiency
-    elif (term in _BINARY_ELEMENTWISE and _broadcasts_vector(ins)) or term == "FusedBatchNormV3":
+    elif (term in _BINARY_ELEMENTWISE and _broadcasts_vector(ins)) or term == "FusedBatchNormV3" or (
+            term == "DepthwiseConv2dNative" and _pointwise(ins)):
         # FusedBatchNormV3 (inference) applies per-channel vectors too: measured 36 us at [1,56,56,64] and 150 us at
-        # [4,28,28,128] against BiasAdd's 47 and 94 us, 4.9 us at [1,8,8,8] (tools: cost.measured.time_op)
+        # [4,28,28,128] against BiasAdd's 47 and 94 us, 4.9 us at [1,8,8,8] (tools: cost.measured.time_op). So
+        # does a 1x1 depthwise conv (rule F30), as fast as a broadcast Mul but for its fixed cost (cost/fusion.py,
+        # "depthwise")
         bandwidth *= device.broadcast_efficiency
     compute_ms = flops / (device.peak_gflops * 1e6)
     memory_ms = nbytes / (bandwidth * 1e6)
@@ -351,6 +360,11 @@ def node_cost(term: str, payload, in_shapes: Optional[Sequence[Shape]], out_shap
 
 _BINARY_ELEMENTWISE = frozenset({"AddV2", "Mul", "Sub", "BiasAdd"})
 _ELEMENTWISE = sizes.SAME_AS_FIRST | sizes.BINARY      # elementwise terms, as cost/sizes.py propagates their sizes
+
+
+def _pointwise(ins: Sequence[Shape]) -> bool:
+    """A depthwise conv's filter is [1, 1, C, 1]: a per-channel scale."""
+    return len(ins) == 2 and len(ins[1]) == 4 and ins[1][0] == ins[1][1] == ins[1][3] == 1
 
 
 def _broadcasts_vector(ins: Sequence[Shape]) -> bool:
@@ -391,7 +405,13 @@ def fusion_terms(exp: Exported, costs_ms: list[float], batch_size: int, device: 
         if is_folded(n, const):
             continue
         in_shapes, out_shape = node_shapes(exp, i, batch_size, unknown_dim)
-        out[i] = min(out[i], fused_cost(n.op, in_shapes, out_shape, device))
+        price = fused_cost(n.op, in_shapes, out_shape, device)
+        if site.kind == "bias" and all(exp.egraph.nodes[j].op == "DepthwiseConv2dNative" for j in site.producers):
+            # a Fused term, not a plain price as a MatMul's bias: F30 puts a depthwise conv in the class of a Mul,
+            # and only the extracted depthwise takes the bias (on a small tensor, where the fixed cost exceeds the
+            # separate ops', the separate price stays: a Fused term only makes a node cheaper)
+            price += device.fused_depthwise_us * 1e-3
+        out[i] = min(out[i], price)
         if costs_ms[i] > out[i]:
             terms[i] = Fused(site.reads, costs_ms[i] - out[i], site.producers, site.partners)
     if device.fused_matmul_us:

@@ -33,6 +33,20 @@ with Grappler on and listing the kernels that ran (tensat_tf/cost/fusion_bench.p
          bias costs Device.fused_matmul_us (matmul_biases), the fused Erfc 33 FLOP-equivalents per element
          (Device.fused_flops_per_element_by_term), and moving a bias and a GELU onto a MatMul (F18, F19, F23, F24)
          pays from a few dozen rows, not on a handful (measured on the zoo's encoder at sequence 8: 0.97x).
+  depthwise  The bias and activation of a DepthwiseConv2dNative cost a fixed amount, not a pass over memory. A 3x3
+         depthwise conv + BiasAdd + Relu6 against the conv alone (one thread, paired, 8 copies each followed by a
+         1x1 conv, ratio of medians of 10 blocks; /tmp script): 4.6 us more per copy at [1,14,14,256], 11.5 us at
+         [1,56,56,144], where BiasAdd + Relu6 as separate ops take about 20 and 175 us. A 1x1 depthwise conv by a
+         per-channel scale (rule F30) likewise: + BiasAdd + Relu ~4 us dearer than alone at [1,14,14,256], no
+         difference at [1,28,28,256]; alone it runs as fast as a broadcast Mul of the scale plus its fixed cost
+         (cost/analytic.py node_cost). So the bias costs Device.fused_depthwise_us more than its arithmetic (where
+         that is cheaper than the separate op) and the activation after it costs its arithmetic.
+         fusion_bench's depthwise+bias+relu6 at [1,14,14,32] puts the epilogue at 13.6 us against 15.5 separate.
+         Priced as separate ops until now, a depthwise's epilogue made a second, 1x1 depthwise conv look cheaper
+         than folding a batch norm's scale into the first (MobileNetV2 at 224: 0.93x). Against AddV2 + Relu (a
+         scale folded into the next conv, the form F30 replaces), per copy, the 1x1 depthwise form: 48 us faster at
+         [1,56,56,128], 33 at [1,28,28,256], 10-18 at 100k elements, 2 us slower at 50k, 9-12 us slower at 16k-32k;
+         this model takes it from about 130k elements.
   Not priced: Keras' hard swish, relu6(3 + y) * (1/6 * y), on a (depthwise) conv's BiasAdd. In a plain graph TF's
          remapper fuses it (BiasAdd, _FusedHardSwish; 155 against 271 us per copy at [1,56,56,72]), but inside a
          SavedModel's function body, as served, it stays four ops (checked on a one-layer SavedModel and on
