@@ -46,7 +46,7 @@ with Grappler on and listing the kernels that ran (tensat_tf/cost/fusion_bench.p
          than folding a batch norm's scale into the first (MobileNetV2 at 224: 0.93x). Against AddV2 + Relu (a
          scale folded into the next conv, the form F30 replaces), per copy, the 1x1 depthwise form: 48 us faster at
          [1,56,56,128], 33 at [1,28,28,256], 10-18 at 100k elements, 2 us slower at 50k, 9-12 us slower at 16k-32k;
-         this model takes it from about 130k elements.
+         this model takes it from about 165k elements.
   Not priced: Keras' hard swish, relu6(3 + y) * (1/6 * y), on a (depthwise) conv's BiasAdd. In a plain graph TF's
          remapper fuses it (BiasAdd, _FusedHardSwish; 155 against 271 us per copy at [1,56,56,72]), but inside a
          SavedModel's function body, as served, it stays four ops (checked on a one-layer SavedModel and on
