@@ -114,13 +114,13 @@ class Device:
 #   strided_copy_efficiency 0.5: Transpose 1024x1024 reaches 30 GB/s, [0,2,1,3] on 8x128x12x64 73 GB/s.
 #   broadcast_efficiency 0.3: AddV2 / Mul / BiasAdd of a per-channel vector onto NHWC activations reach 20 GB/s with
 #     16 channels, 29 with 32, 43 with 1024 (a scalar operand streams at full speed).
-#   fused_contractions ("Conv2D",): tensat_tf/cost/fusion_bench.py (`tensat_tf calibrate --fusion`), Grappler on as
-#     when serving: Conv2D + BiasAdd (+ Relu) runs as one _MklNativeFusedConv2D whose epilogue costs 0 +- 1.5 us against
-#     3.1-3.4 us for BiasAdd + Relu as separate ops at [1,14,14,32] (this model predicts 3.0), 7-8 us at C=128, 11-13
-#     at C=256; Conv2D + AddV2([C]) fuses the same way. A depthwise conv's epilogue is fused too, at a fixed cost
-#     (fused_depthwise_us); a MatMul's at another (fused_matmul_us; fusion.py has the numbers). Per-node overhead in
-#     the same runs (a [1]
-#     Relu, R=8 copies): 0.13-0.55 us, so op_overhead_us 0.3 stands.
+#   fused_contractions ("Conv2D", "DepthwiseConv2dNative"): tensat_tf/cost/fusion_bench.py (`tensat_tf calibrate
+#     --fusion`), Grappler on as when serving: Conv2D + BiasAdd (+ Relu) runs as one _MklNativeFusedConv2D whose
+#     epilogue costs 0 +- 1.5 us against 3.1-3.4 us for BiasAdd + Relu as separate ops at [1,14,14,32] (this model
+#     predicts 3.0), 7-8 us at C=128, 11-13 at C=256; Conv2D + AddV2([C]) fuses the same way. A depthwise conv's
+#     epilogue is fused too, at a fixed cost (fused_depthwise_us); a MatMul's at another (fused_matmul_us; fusion.py
+#     has the numbers). Per-node overhead in the same runs (a [1] Relu, R=8 copies): 0.13-0.55 us, so op_overhead_us
+#     0.3 stands.
 #   call_overhead_us 160: a SavedModel whose signature computes one Sin of a [1,64] tensor takes 0.163-0.171 ms per
 #     call (tensat_tf/latency.py's measurement: the signature called from Python, outputs forced), and a chain of
 #     400 more small ops adds 0.10 ms (0.26 us per op, which op_overhead_us 0.3 matches). For the transformer exports

@@ -41,7 +41,8 @@ with Grappler on and listing the kernels that ran (tensat_tf/cost/fusion_bench.p
          difference at [1,28,28,256]; alone it runs as fast as a broadcast Mul of the scale plus its fixed cost
          (cost/analytic.py node_cost). So the bias costs Device.fused_depthwise_us more than its arithmetic (where
          that is cheaper than the separate op) and the activation after it costs its arithmetic.
-         fusion_bench's depthwise+bias+relu6 at [1,14,14,32] puts the epilogue at 13.6 us against 15.5 separate.
+         (fusion_bench's depthwise+bias+relu6 at [1,14,14,256], TENSAT_FUSION_BENCH_C=256: 13.6 us fused, 15.5 us
+         separate.)
          Priced as separate ops until now, a depthwise's epilogue made a second, 1x1 depthwise conv look cheaper
          than folding a batch norm's scale into the first (MobileNetV2 at 224: 0.93x). Against AddV2 + Relu (a
          scale folded into the next conv, the form F30 replaces), per copy, the 1x1 depthwise form: 48 us faster at
