@@ -98,7 +98,7 @@ class _Ctx:
             if isinstance(i, int) and i < 0:
                 return f"(vec-get {s} (+ (vec-length {s}) {i}))"
             return f"(vec-get {s} {self.expr(i)})"
-        if head in ("const", "positive", "known", "distinct", "ordered"):
+        if head in ("const", "positive", "float", "known", "distinct", "ordered"):
             raise RuleSyntaxError(f"{self.rule.origin}: ({head} ...) is a condition, not a value")
         return "(" + " ".join([str(head)] + [self.expr(x) for x in e[1:]]) + ")"
 
@@ -108,6 +108,8 @@ class _Ctx:
                 return f"(IsConst {self.v(g[1])})"
             if g[0] == "positive":     # a weight whose every element is > 0, decided at ingest from its data
                 return f"(Positive {self.v(g[1])})"
+            if g[0] == "float":        # a weight of a floating dtype, decided at ingest
+                return f"(Floating {self.v(g[1])})"
             if g[0] == "known":
                 return f"(vec-not-contains {self.s(g[1])} -1)"
             if g[0] == "distinct":
@@ -133,7 +135,7 @@ def _numeric_uses(e: Sexp, direct: bool, out: list) -> None:
         if head == "dim":
             _numeric_uses(e[2], False, out)
         return
-    if head in ("const", "positive", "known", "distinct", "ordered", "rank"):
+    if head in ("const", "positive", "float", "known", "distinct", "ordered", "rank"):
         return
     for x in e[1:]:
         _numeric_uses(x, head in ("=", "!="), out)

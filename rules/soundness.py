@@ -7,8 +7,9 @@ For each test binding (`:test` in the rule file):
   2. build the right sides alone in a fresh e-graph and check that the shape analysis derives the left side's shape
      for each (so later rules and the cost model can see the new nodes);
   3. run both sides in one TF graph on seeded random values and compare: max|lhs - rhs| / max|lhs| <= rtol.
-For each `:reject` binding, for every `(const ?x)` guard with ?x turned into an input, and for every `(positive ?x)`
-guard with ?x's positivity dropped (a weight of any sign), the rule must not fire.
+For each `:reject` binding, for every `(const ?x)` guard with ?x turned into an input, for every `(positive ?x)`
+guard with ?x's positivity dropped (a weight of any sign), and for every `(float ?x)` guard with ?x's floating dtype
+dropped, the rule must not fire.
 
 Right-side literals computed from shapes (split sizes, ...) are evaluated here in Python with egglog's integer
 semantics, so the verifier checks the same values the compiled rule computes.
@@ -122,26 +123,30 @@ def egglog_text(t) -> str:
 
 
 # ------------------------------------------------------------------ egglog side
-def _leaves_program(binding: Binding, weights: frozenset, positive: Optional[frozenset] = None) -> str:
+def _leaves_program(binding: Binding, weights: frozenset, positive: Optional[frozenset] = None,
+                    floating: Optional[frozenset] = None) -> str:
     positive = binding.positive if positive is None else positive
+    floating = weights if floating is None else floating
     lines = []
     for k, (var, shape) in enumerate(sorted(binding.shapes.items())):
         leaf = f"(Weight {k + 1000})" if var in weights else f'(Input "{var[1:]}")'
         lines.append(f"(let $V_{var[1:]}_ {leaf})")
         if var in weights and var in positive:     # what ingest asserts for a weight whose elements are all > 0
             lines.append(f"(Positive $V_{var[1:]}_)")
+        if var in weights and var in floating:     # and for a float weight (every test weight is float32)
+            lines.append(f"(Floating $V_{var[1:]}_)")
         lines.append(f"(set (shape $V_{var[1:]}_) (vec-of {' '.join(map(str, shape))}))")
     return "\n".join(lines)
 
 
 def fires(rule: Rule, binding: Binding, weights: Optional[frozenset] = None,
-          positive: Optional[frozenset] = None) -> tuple[bool, list, list]:
+          positive: Optional[frozenset] = None, floating: Optional[frozenset] = None) -> tuple[bool, list, list]:
     """Run the compiled rule on its instantiated left sides. -> (fired, lhs trees, rhs trees)."""
     weights = binding.weights if weights is None else weights
     sorts = var_sorts(rule)
     lhs = [instantiate(s, sorts, binding.shapes, binding.literals) for s in rule.sources]
     session = Session(L.new_egraph())
-    prog = [compile_rule(rule), _leaves_program(binding, weights, positive)]
+    prog = [compile_rule(rule), _leaves_program(binding, weights, positive, floating)]
     prog += [f"(let $L{k}_ {egglog_text(t)})" for k, t in enumerate(lhs)]
     prog.append("(run-schedule (saturate (run shapes)))")
     prog.append(f"(run-schedule (run {ruleset_name(rule.name)}))")
@@ -263,6 +268,11 @@ def check(rule: Rule, seed: int = 0) -> CheckResult:
             b = rule.tests[0]
             if fires(rule, b, positive=b.positive - {g[1]})[0]:
                 raise UnsoundRule(f"{rule.name}: fired with {g[1]} not positive")
+            negatives += 1
+        if isinstance(g, list) and g[:1] == ["float"]:
+            b = rule.tests[0]
+            if fires(rule, b, floating=b.weights - {g[1]})[0]:
+                raise UnsoundRule(f"{rule.name}: fired with {g[1]} not a float")
             negatives += 1
     return CheckResult(rule.name, len(rule.tests), negatives, worst)
 

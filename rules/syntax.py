@@ -26,6 +26,7 @@ Guards (`:when`, a list of conditions, all must hold) and computed literals on t
     (const ?x)                              ?x depends only on weights (folded at emit)
     (positive ?x)                           ?x is a weight whose every element is a finite float > 0 (read from its
                                             data at ingest; in tests, a `:weight :positive` binding)
+    (float ?x)                              ?x is a weight of a floating dtype (at ingest; every test weight is)
     (known ?x)                              no dimension of ?x is -1: each is a size or a symbol (an unknown dim
                                             named after a graph input's dim, tensat_tf/symbolic.py)
     (distinct ?a ?b)                        two different e-classes

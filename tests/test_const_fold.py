@@ -115,3 +115,22 @@ def test_channel_scale_runs_as_depthwise_on_large_tensors_only(hw, depthwise):
     data = RNG.normal(size=(2, hw, hw, 32)).astype(np.float32)
     want, got = (run_graph(graph_def, item, [data])[0] for graph_def in (gd, out))
     assert np.max(np.abs(want - got)) <= 1e-5 * np.max(np.abs(want))
+
+
+def test_an_integer_channel_scale_stays_a_mul():
+    """TF's depthwise conv takes floats only: F30's `(float ?g)` guard keeps an int32 per-channel multiply (large
+    enough for the size guard) a Mul, and the pass runs through instead of emitting an op TF rejects."""
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.int32, [None, 64, 64, 32], name="x")
+        y = x * tf.constant(np.arange(1, 33, dtype=np.int32))
+        tf.identity(tf.nn.relu(y + tf.constant(np.arange(32, dtype=np.int32))), name="out")
+    gd = g.as_graph_def()
+    item = GrapplerItem(feeds=["x:0"], fetches=["out:0"])
+    p = TensatPass(EngineOptions(enable_rules=["tf-fold"]))
+    out = p.optimize(gd, item)
+    assert "F30-channel-scale-as-depthwise" not in str(p.stats.saturation)
+    assert [n.op for n in out.node if n.op in ("Mul", "DepthwiseConv2dNative")] == ["Mul"]
+    data = RNG.integers(-5, 5, size=(2, 64, 64, 32)).astype(np.int32)
+    want, got = (run_graph(graph_def, item, [data])[0] for graph_def in (gd, out))
+    np.testing.assert_array_equal(want, got)

@@ -265,6 +265,8 @@ class _Ingest:
         for wid, arr in enumerate(self.arrays):
             if _is_positive(arr):
                 self.commands.append(L.fact("Positive", [L.call("Weight", [L.lit(wid)])]))
+            if np.issubdtype(arr.dtype, np.floating):
+                self.commands.append(L.fact("Floating", [L.call("Weight", [L.lit(wid)])]))
         return self.ing
 
     def _node(self, idx: int, node) -> None:

@@ -16,6 +16,9 @@ Analysis (ruleset `shapes`)
   (Positive t): t is a weight whose every element is a finite float > 0 (normal, not subnormal), decided at ingest
   from its data (tensat_tf/egraph/ingest.py); rules guard value-dependent identities with it (`(positive ?s)`).
   Not propagated through ops: a product of positives may underflow to 0.
+  (Floating t): t is a weight of a floating dtype, decided at ingest; rules that write an op only floats have
+  (DepthwiseConv2dNative for a Mul) guard it on the weight operand (`(float ?g)`), which a binary op shares with its
+  other operand.
   (Made t "RULE"): rule RULE unioned a right side into t's class (provenance for the report's rules_applied).
   (shape t) -> (Vec i64): filled for graph tensors at ingest (TF shape inference, symbols from
   tensat_tf/symbolic.py) and by the table's shape rules for terms that rewrites create; dims are sizes >= 0, -1
@@ -47,6 +50,7 @@ _PRELUDE = "\n(sort IVec (Vec i64))\n" + "\n".join(
 (function shape (Tensor) IVec :no-merge)
 (relation IsConst (Tensor))
 (relation Positive (Tensor))
+(relation Floating (Tensor))
 (relation Made (Tensor String))
 (ruleset shapes)
 (rule ((= t (Weight i))) ((IsConst t)) :ruleset shapes)
