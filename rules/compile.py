@@ -27,6 +27,9 @@ from tensat_tf.rules.syntax import Rule, RuleSyntaxError, Sexp, is_var, to_text,
 # Argument sorts of a constructor (typed or structural), None for any other head: the term language's declaration.
 constructor_sorts = terms.arg_sorts
 
+# Guard heads that are conditions (facts of the e-graph), never values: _Ctx.fact compiles each.
+CONDITIONS = ("const", "positive", "float", "known", "distinct", "ordered")
+
 
 def ruleset_name(rule_name: str) -> str:
     # egglog 13.2 mints fresh names as <name><counter>: a trailing '_' keeps ours from colliding
@@ -98,7 +101,7 @@ class _Ctx:
             if isinstance(i, int) and i < 0:
                 return f"(vec-get {s} (+ (vec-length {s}) {i}))"
             return f"(vec-get {s} {self.expr(i)})"
-        if head in ("const", "positive", "float", "known", "distinct", "ordered"):
+        if head in CONDITIONS:
             raise RuleSyntaxError(f"{self.rule.origin}: ({head} ...) is a condition, not a value")
         return "(" + " ".join([str(head)] + [self.expr(x) for x in e[1:]]) + ")"
 
@@ -135,7 +138,7 @@ def _numeric_uses(e: Sexp, direct: bool, out: list) -> None:
         if head == "dim":
             _numeric_uses(e[2], False, out)
         return
-    if head in ("const", "positive", "float", "known", "distinct", "ordered", "rank"):
+    if head in CONDITIONS or head == "rank":
         return
     for x in e[1:]:
         _numeric_uses(x, head in ("=", "!="), out)
