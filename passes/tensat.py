@@ -182,7 +182,7 @@ class TensatPass:
         ingest_mod.load(eg, ing)
         stats.typed_nodes, stats.opaque_nodes = len(ing.typed), len(ing.opaque)
         lap("ingest")
-        model = cost_mod.get_model(o.cost_model, batch_size=o.batch_size, unknown_dim=o.unknown_dim)
+        model = cost_mod.get_model(o.cost_model, batch_size=o.batch_size, device=o.device, unknown_dim=o.unknown_dim)
         sat = saturate(eg, self.ruleset, o.budget, progress=self.progress,
                        probe=self._probe(ing, model) if o.probe_seconds > 0 else None)
         stats.saturation = sat.to_json()
@@ -202,7 +202,7 @@ class TensatPass:
         g = self._priced(exp, model, orig_ids, black)
         lap("cost")
         cost_before = dag.dag_cost(g, orig_choice)
-        ex = {"method": o.method, "cost_before": round(cost_before, 6)}
+        ex = {"method": o.method, "device": model.device.name, "cost_before": round(cost_before, 6)}
         if sat.stop_reason in (StopReason.NO_RULES, StopReason.ERROR):
             ex.update(method="original", status="optimal", cost_after=ex["cost_before"])
             stats.extraction = ex

@@ -66,6 +66,9 @@ class EngineOptions:
     probe_seconds: float = 1.0
     solver: str = "auto"
     cost_model: str = "analytic"                       # analytic | measured
+    # the device the cost model prices for: 'auto' (the CPU profile of the TF runtime converting, with oneDNN's ops
+    # or without: cost/devices.py runtime_cpu) or a name in cost/devices.py DEVICES
+    device: str = "auto"
     batch_size: int = 1
     # the length of every other unknown dim (a sequence length) where a size is needed: pricing here, and in a
     # conversion also verification's and profiling's inputs (UNKNOWN_DIM)
@@ -87,8 +90,10 @@ class EngineOptions:
             raise errors.BadInput("--match_limit and --probe_seconds must be >= 0")
         if (b.seconds is not None and b.seconds <= 0) or self.ilp_seconds <= 0:
             raise errors.BadInput("--saturation_seconds and --ilp_seconds must be > 0")
+        from tensat_tf.cost import devices           # no TF import: runtime_cpu imports it only when called
         for name, value, allowed in (("method", self.method, METHODS), ("solver", self.solver, SOLVERS),
-                                     ("cost_model", self.cost_model, COST_MODELS)):
+                                     ("cost_model", self.cost_model, COST_MODELS),
+                                     ("device", self.device, (devices.AUTO, *sorted(devices.DEVICES)))):
             if value not in allowed:
                 raise errors.BadInput(f"--{name} must be one of {', '.join(allowed)}: {value!r}")
         from tensat_tf import rules as rules_mod     # the rule files are read here: imports neither TF nor egglog

@@ -1,6 +1,10 @@
 import os
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+# One TF runtime for every test machine: TF turns oneDNN's ops on by default only on some CPUs, and both what the
+# runtime fuses and the cost profile the pass picks by default follow it (tensat_tf/cost/fusion.py "Without
+# oneDNN"). Tests of the other runtime's profile name it (device="cpu-eigen").
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
 
 import pytest  # noqa: E402
 

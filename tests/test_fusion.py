@@ -252,6 +252,72 @@ def test_fusion_bench_sees_the_fused_kernels():
     assert "Tanh" not in k["matmul+bias+tanh"]["kernels"]
 
 
+def eigen_sites(exp):
+    e = analytic.CPU_EIGEN
+    return fusion.fused_nodes(exp, e.fused_contractions, e.fused_activations, e.onednn)
+
+
+def test_without_onednn_only_the_generic_fusions():
+    """CPU_EIGEN, TF without oneDNN's ops (fusion.py "Without oneDNN"): a BiasAdd on a Conv2D or a MatMul and a Relu
+    or Relu6 after it fuse; a bias-semantic AddV2, Tanh on a MatMul's bias, a depthwise conv's epilogue and swish do
+    not, and are priced as the separate ops they are."""
+    mm = dict(contraction="MatMul", x=(8, 16), w=(16, 32), y=(8, 32))
+    dw = dict(contraction="DepthwiseConv2dNative", w=(3, 3, 32, 1), x=Y, act="ReluSix")
+    assert eigen_sites(chain()) == eigen_sites(chain(act="ReluSix")) == {4: "bias", 5: "act"}
+    assert eigen_sites(chain(bias_op="AddV2")) == {}
+    assert eigen_sites(chain(**dw)) == {}
+    # a MatMul's bias is priced as the fused kernel's fixed extra (matmul_biases), whichever runtime: a BiasAdd
+    assert fusion.matmul_biases(chain(**mm), onednn=False) == {4}
+    assert fusion.matmul_biases(chain(bias_op="AddV2", **mm), onednn=False) == frozenset()
+    assert fusion.matmul_biases(chain(bias_op="AddV2", **mm)) == {4}
+    assert fusion.fused_nodes(chain(act="Tanh", **mm), frozenset({"MatMul"}), (), onednn=False) == {4: "bias"}
+    assert fusion.fused_nodes(chain(act="Tanh", **mm), frozenset({"MatMul"}), ()) == {4: "bias", 5: "act"}
+    assert eigen_sites(swish()) == {4: "bias"}
+    # the oneDNN profile fuses each of them (the tests above)
+    assert fusion.fused_nodes(chain(**dw)) == {4: "bias", 5: "act"}
+    e = analytic.CPU_EIGEN
+    add, bias = analytic.costs(chain(bias_op="AddV2"), device=e), analytic.costs(chain(), device=e)
+    assert add[4] > bias[4] + e.overhead_ms("AddV2")       # only the BiasAdd runs inside the conv (rule F05 pays)
+    assert add[5] == analytic.costs(chain(bias_op="AddV2"), device=e, fusion=False)[5]   # so the Relu is separate too
+    assert analytic.costs(chain(**dw), device=e) == analytic.costs(chain(**dw), device=e, fusion=False)
+    # the hazard's tie-break is oneDNN's (its remapper fuses the AddV2 form)
+    assert analytic.with_hazards(chain(bias_op="AddV2"), [0.0] * 6, e) == [0.0] * 6
+
+
+def test_the_default_profile_follows_the_runtime():
+    """'auto' (options.EngineOptions.device) is CPU where TF runs oneDNN's ops and CPU_EIGEN where it does not,
+    whichever TF chose or TF_ENABLE_ONEDNN_OPTS forced, in the converting process; a profile named is used as is."""
+    import os
+    import subprocess
+    import sys
+    code = "from tensat_tf.cost import get_model; print(get_model(device=None).device.name)"
+    for flag, name in (("0", "cpu-eigen"), ("1", "cpu")):
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                             env=os.environ | {"TF_ENABLE_ONEDNN_OPTS": flag}).stdout.split()[-1]
+        assert out == name
+    from tensat_tf.cost import get_model
+    assert get_model(device="cpu-eigen").device is analytic.CPU_EIGEN
+    from tensat_tf import errors
+    from tensat_tf.options import EngineOptions
+    EngineOptions(device="cpu-eigen").check()
+    with pytest.raises(errors.BadInput, match="--device"):
+        EngineOptions(device="tpu").check()
+
+
+def test_fusion_bench_without_onednn_sees_the_generic_fusions_only():
+    """The facts CPU_EIGEN encodes, on this TF build with oneDNN's ops off: conv + BiasAdd (+ Relu) and MatMul +
+    BiasAdd + Relu run as one Eigen kernel; a bias-semantic AddV2, a depthwise conv's bias and Relu6, and Tanh after
+    a MatMul's bias run as separate ops."""
+    from tensat_tf.cost import fusion_bench
+    k = {name: p["kernels"] for name, p in fusion_bench.run_in_worker(onednn=False)["patterns"].items()}
+    for name in ("conv+bias", "conv+bias+relu"):
+        assert "_FusedConv2D" in k[name] and "BiasAdd" not in k[name] and "Relu" not in k[name], k[name]
+    assert "_FusedMatMul" in k["matmul+bias+relu"] and "Relu" not in k["matmul+bias+relu"]
+    assert {"Conv2D", "AddV2"} <= set(k["conv+addv2"]), k["conv+addv2"]
+    assert {"DepthwiseConv2dNative", "BiasAdd", "Relu6"} <= set(k["depthwise+bias+relu6"])
+    assert "Tanh" in k["matmul+bias+tanh"]
+
+
 def test_a_matmul_bias_costs_a_fixed_extra_that_pays_only_on_many_rows():
     """cost/fusion.py "MatMul": the fused bias is dearer than a separate BiasAdd on a few rows, cheaper on many."""
     for rows, fused_dearer in ((8, True), (32, True), (4096, False)):

@@ -33,6 +33,10 @@ flags.DEFINE_enum("solver", "auto", ["auto", "cbc", "highs"], "ILP solver (auto:
 flags.DEFINE_enum("cost_model", "analytic", ["analytic", "measured"],
                   "Cost of each e-node: analytic (FLOPs, bytes, per-op overhead) or measured on this device "
                   "(cached; see `tensat_tf calibrate`).")
+flags.DEFINE_string("device", "auto", "What the cost model prices for: auto (this machine's CPU runtime: TF with "
+                    "oneDNN's ops, profile cpu, or without, profile cpu-eigen; TF decides per CPU, or "
+                    "TF_ENABLE_ONEDNN_OPTS), or a profile: cpu, cpu-eigen, gpu-t4, gpu-h100. Name the serving "
+                    "machine's when it differs from this one.")
 flags.DEFINE_integer("batch_size", 1, "Batch size at which costs are evaluated (for unknown leading dimensions).")
 flags.DEFINE_integer("unknown_dim", UNKNOWN_DIM, "Length of every other unknown dimension (a sequence length) at which "
                                                  "costs are evaluated and, in a conversion, verification and the "
@@ -51,7 +55,7 @@ def engine_from_flags() -> EngineOptions:
         enable_rules=None if FLAGS.rules is None else tuple(FLAGS.rules), disable_rules=tuple(FLAGS.disable_rules),
         rules_files=tuple(FLAGS.rules_file), budget=budget_from_flags(),
         method=FLAGS.method, ilp_seconds=FLAGS.ilp_seconds, probe_seconds=FLAGS.probe_seconds, solver=FLAGS.solver,
-        cost_model=FLAGS.cost_model, batch_size=FLAGS.batch_size, unknown_dim=FLAGS.unknown_dim)
+        cost_model=FLAGS.cost_model, device=FLAGS.device, batch_size=FLAGS.batch_size, unknown_dim=FLAGS.unknown_dim)
 
 
 def budget_from_flags() -> Budget:

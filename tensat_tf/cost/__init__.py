@@ -56,14 +56,16 @@ def get_model(name: str = "analytic", batch_size: int = 1, device: Device | str 
     """The cost model called `name` ('analytic' or 'measured'), pricing at `batch_size` and every other unknown dim
     at `unknown_dim` (options.EngineOptions.unknown_dim).
 
-    device: a Device or a name in DEVICES ('cpu', 'gpu', 'gpu-t4', 'gpu-h100'); by default CPU for the
-    analytic model and, for the measured one, the Device of the machine it runs on (used for its fallbacks).
+    device: a Device, a name in DEVICES ('cpu', 'cpu-eigen', 'gpu', 'gpu-t4', 'gpu-h100') or 'auto'; by default
+    ('auto', None) the CPU profile of the TF runtime in this process (analytic.runtime_cpu) for the analytic model
+    and, for the measured one, the Device of the machine it runs on (used for its fallbacks).
     cache_path: the measured model's cache file (default: see tensat_tf.cost.measured.default_cache_path).
     """
     if name == "analytic":
-        return AnalyticCostModel(batch_size, CPU if device is None else device, unknown_dim)
+        return AnalyticCostModel(batch_size, analytic.AUTO if device is None else device, unknown_dim)
     if name == "measured":
         from tensat_tf.cost.measured import MeasuredCostModel   # imports TensorFlow
-        return MeasuredCostModel(cache_path, batch_size, None if device is None else device_named(device),
+        return MeasuredCostModel(cache_path, batch_size,
+                                 None if device in (None, analytic.AUTO) else device_named(device),
                                  unknown_dim)
     raise ValueError(f"unknown cost model {name!r}; choose one of {', '.join(MODELS)}")

@@ -23,13 +23,15 @@ Conventions
 """
 from __future__ import annotations
 
-import dataclasses
 import math
 from typing import Optional, Sequence
 
 from tensat_tf import einsum, ops, terms
 from tensat_tf.cost import fusion, sizes
-from tensat_tf.cost.fusion import FUSED_ACTIVATIONS, HAZARD_MS, remapper_hazards
+# the devices are declared in cost/devices.py; these names stay reachable as analytic.CPU etc.
+from tensat_tf.cost.devices import (AUTO, CPU, CPU_EIGEN, DEVICES, GPU, GPU_H100, GPU_T4, Device,  # noqa: F401
+                                    device_named, runtime_cpu)
+from tensat_tf.cost.fusion import HAZARD_MS, remapper_hazards
 from tensat_tf.egraph.data import EGraphData, Fused
 from tensat_tf.egraph.export import Exported
 from tensat_tf.options import UNKNOWN_DIM
@@ -38,136 +40,6 @@ Shape = tuple[int, ...]
 
 STRUCTURAL_FREE = terms.FREE        # constructors that never run (every structural one but the opaque Op): cost 0
 DTYPE_BYTES = 4
-
-
-@dataclasses.dataclass(frozen=True)
-class Device:
-    """Constants of one device class. Only ratios matter for ranking; absolute values make reports readable.
-
-    op_overhead_us is the fixed cost of one op (executor dispatch, output allocation, kernel setup);
-    overhead_us_by_term overrides it for ops whose fixed cost differs a lot: vendor-library kernels (oneDNN / cuDNN
-    primitive lookup for convolutions and pools) cost more, a metadata-only Reshape less. flops_per_element_by_term
-    gives the FLOP equivalent of one element of ops that are compute-bound although elementwise (tanh, sigmoid);
-    other elementwise ops count 1. strided_copy_efficiency is the fraction of bandwidth_gbs a Transpose reaches;
-    broadcast_efficiency the fraction a binary elementwise op reaches when it broadcasts a non-scalar operand (a
-    per-channel scale or bias), which is what folding batch norms into convolutions removes. call_overhead_us is the
-    fixed cost of one call of a served signature, whatever its graph: it ranks nothing, but a predicted speed-up
-    (predicted_gain) is a ratio of whole calls.
-    The per-term tables are tuples of (term, value) pairs so that a device stays hashable.
-    """
-    name: str
-    peak_gflops: float
-    bandwidth_gbs: float
-    op_overhead_us: float
-    overhead_us_by_term: tuple[tuple[str, float], ...] = ()
-    flops_per_element_by_term: tuple[tuple[str, float], ...] = (("Tanh", 20.0), ("Sigmoid", 20.0))
-    strided_copy_efficiency: float = 1.0
-    broadcast_efficiency: float = 1.0
-    # contractions whose bias / batch-norm / activation epilogue the runtime fuses AND runs faster (cost/fusion.py)
-    fused_contractions: tuple[str, ...] = ()
-    # (activation, contractions whose BiasAdd it joins in one kernel) pairs: cost/fusion.py FUSED_ACTIVATIONS
-    fused_activations: tuple[tuple[str, tuple[str, ...]], ...] = ()
-    call_overhead_us: float = 0.0
-    # what a bias on a MatMul costs: the runtime always fuses it (_FusedMatMul), and that kernel takes this much more
-    # than the plain MatMul, whatever the size (0: the bias is priced as a separate op)
-    fused_matmul_us: float = 0.0
-    # what a depthwise conv's fused bias costs more than its arithmetic (the activation after it costs only that),
-    # whatever the size; used where "DepthwiseConv2dNative" is in fused_contractions
-    fused_depthwise_us: float = 0.0
-    # FLOP-equivalents per element of an op run as a fused epilogue (fused_cost), where it differs from 1
-    fused_flops_per_element_by_term: tuple[tuple[str, float], ...] = ()
-
-    def overhead_ms(self, term: str) -> float:
-        return dict(self.overhead_us_by_term).get(term, self.op_overhead_us) * 1e-3
-
-    def flops_per_element(self, term: str) -> float:
-        return dict(self.flops_per_element_by_term).get(term, 1.0)
-
-    def fused_flops_per_element(self, term: str) -> float:
-        return dict(self.fused_flops_per_element_by_term).get(term, self.flops_per_element(term))
-
-
-# CPU: the 2-vCPU AMD EPYC (Zen 4, AVX-512, 2 MB L2 per core, 32 MB L3) KVM test VM, TF 2.21 with oneDNN on, ONE
-# intra-op and ONE inter-op thread (how every benchmark of the project runs: timings with 2 threads on this VM were
-# bimodal, one thread is stable after warm-up). Fitted to tensat_tf.cost.measured.time_in_worker (R copies of
-# the op in one Session, Grappler off, fastest of 5 rounds x 2 passes of time(R copies) - time(inputs only),
-# divided by R), float32, on the VM while other jobs shared it:
-#   peak_gflops 110: MatMul 512x768x768 114 GFLOP/s, 256x1024x1024 104, Mx256x256 101-113 for M = 4..256,
-#     Conv2D 1x56x56x64 3x3->64 116, BatchMatMulV2 12x128x64x64 108 (earlier chain benchmarks: 105-112). Small inner
-#     sizes do worse (Mx64x64: 65-100), so matmuls under ~1 MFLOP are under-estimated by up to 2x.
-#   bandwidth_gbs 90: Relu / AddV2 / Mul on 64k-1M floats (0.5-12 MB per op, cache-resident) move 85-97 GB/s.
-#     Working sets beyond the 32 MB L3 drop to 34-47 GB/s (AddV2 / Relu on 4M floats); batch-1 activations of the
-#     zoo models stay under that, so one number is kept.
-#   op_overhead_us 0.3: Relu, AddV2, Mul, BiasAdd, Tanh, ConcatV2, Split, MatMul on <= 128 floats take 0.2-0.6 us.
-#   overhead_us_by_term: the same tiny-input measurement where an op's fixed cost stands out: Reshape 0.1 (no
-#     kernel work: TF forwards the buffer), MatMul 0.5 (1x16x16 to 1x64x64), BatchMatMulV2 2.8, AvgPool 2.8,
-#     Transpose 3.7, MaxPool 4.7, Conv2D 5.5, DepthwiseConv2dNative 8.3 (oneDNN primitive lookup and layout
-#     checks, Eigen shuffle setup). Einsum 3.2 (abc,cde->abde from 1x1x16 . 16x1x16 to 1x16x32 . 32x6x8 all take
-#     3.2-3.4 us; abcd,aecd->acbe at 1x16x2x8 4.8: TF's kernel reshapes and transposes around a batch matmul).
-#   flops_per_element_by_term: Tanh takes 330 us on 1M floats (35 FLOP-equivalents per element at 110 GFLOP/s),
-#     Sigmoid 614 us (64); Relu of the same size 87 us (bandwidth-bound). Erfc 22.6 us on 16k floats, 88.5 on 65k
-#     (150; kernel trace, Grappler on).
-#   fused_matmul_us 4.5, fused_flops_per_element_by_term Erfc 33: a MatMul's fused bias, and its fused GELU, timed
-#     against the plain MatMul (cost/fusion.py, "MatMul").
-#   fused_depthwise_us 4: a depthwise conv's fused bias + Relu6 against the conv alone, 4.6 us at [1,14,14,256] and
-#     11.5 us at [1,56,56,144] where the separate ops would take 20 and 175 (cost/fusion.py, "depthwise").
-#   strided_copy_efficiency 0.5: Transpose 1024x1024 reaches 30 GB/s, [0,2,1,3] on 8x128x12x64 73 GB/s.
-#   broadcast_efficiency 0.3: AddV2 / Mul / BiasAdd of a per-channel vector onto NHWC activations reach 20 GB/s with
-#     16 channels, 29 with 32, 43 with 1024 (a scalar operand streams at full speed).
-#   fused_contractions ("Conv2D", "DepthwiseConv2dNative"): tensat_tf/cost/fusion_bench.py (`tensat_tf calibrate
-#     --fusion`), Grappler on as when serving: Conv2D + BiasAdd (+ Relu) runs as one _MklNativeFusedConv2D whose
-#     epilogue costs 0 +- 1.5 us against 3.1-3.4 us for BiasAdd + Relu as separate ops at [1,14,14,32] (this model
-#     predicts 3.0), 7-8 us at C=128, 11-13 at C=256; Conv2D + AddV2([C]) fuses the same way. A depthwise conv's
-#     epilogue is fused too, at a fixed cost (fused_depthwise_us); a MatMul's at another (fused_matmul_us; fusion.py
-#     has the numbers). Per-node overhead in the same runs (a [1] Relu, R=8 copies): 0.13-0.55 us, so op_overhead_us
-#     0.3 stands.
-#   call_overhead_us 160: a SavedModel whose signature computes one Sin of a [1,64] tensor takes 0.163-0.171 ms per
-#     call (tensat_tf/latency.py's measurement: the signature called from Python, outputs forced), and a chain of
-#     400 more small ops adds 0.10 ms (0.26 us per op, which op_overhead_us 0.3 matches). For the transformer exports
-#     (0.4-0.6 ms per call) that fixed cost is a third of the time: without it their gains were predicted 1.15-1.23x
-#     against 0.98-1.11x measured.
-#   fused_activations: MatMul + BiasAdd + TF's exact GELU is one _MklNativeFusedMatMul, the GELU 22 us over the
-#     matmul + bias at [784,96]x[96,384]; Conv2D + BiasAdd + swish likewise. Numbers in fusion.py.
-# Large ops land within ~30 % of their measurement; sub-microsecond ops are as noisy as that between runs. The
-# measurements ran while other jobs shared the VM (fastest rounds kept); BENCHMARKS.md has whole-model sums.
-# `tensat_tf calibrate MODEL` prints the measured and the analytic sum of a model's op costs side by side.
-CPU = Device(
-    "cpu", peak_gflops=110.0, bandwidth_gbs=90.0, op_overhead_us=0.3,
-    overhead_us_by_term=(("Reshape", 0.1), ("ReshapeT", 0.1), ("MatMul", 0.5), ("BatchMatMulV2", 2.8),
-                         ("AvgPool", 2.8), ("Transpose", 3.7), ("MaxPool", 4.7), ("Conv2D", 5.5),
-                         ("DepthwiseConv2dNative", 8.3), ("FusedBatchNormV3", 4.5), ("Einsum", 3.2)),
-    flops_per_element_by_term=(("Tanh", 35.0), ("Sigmoid", 64.0), ("Erfc", 150.0)),
-    strided_copy_efficiency=0.5, broadcast_efficiency=0.3, fused_contractions=("Conv2D", "DepthwiseConv2dNative"),
-    fused_activations=FUSED_ACTIVATIONS, call_overhead_us=160.0, fused_matmul_us=4.5, fused_depthwise_us=4.0,
-    fused_flops_per_element_by_term=(("Erfc", 33.0),))
-
-# GPU devices: peak and bandwidth from the vendor datasheets, dense FP32 without tensor cores (the graphs are
-# float32): NVIDIA T4 datasheet, 8.1 TFLOPS FP32 and 320 GB/s GDDR6; NVIDIA H100 SXM5 datasheet, 67 TFLOPS FP32
-# and 3.35 TB/s HBM3. The overheads are NOT measured (no GPU in this project's runs): op_overhead_us 5 stands for a
-# CUDA kernel launch (a few us) plus TF's GPU executor bookkeeping; convolutions and matmuls get more for cuDNN /
-# cuBLAS algorithm selection and workspace; Reshape launches no kernel. Tanh / sigmoid count 8 FLOPs per element
-# (special-function units run at a fraction of the FP32 rate; an estimate). Small ops are therefore overhead-bound
-# on GPUs, which is the property that matters for ranking (merging small ops pays off more than on CPU).
-_GPU_OVERHEADS = (("Reshape", 1.0), ("ReshapeT", 1.0), ("MatMul", 8.0), ("BatchMatMulV2", 8.0), ("Einsum", 8.0),
-                  ("Conv2D", 10.0), ("DepthwiseConv2dNative", 10.0))
-GPU_T4 = Device("gpu-t4", peak_gflops=8100.0, bandwidth_gbs=320.0, op_overhead_us=5.0,
-                       overhead_us_by_term=_GPU_OVERHEADS, flops_per_element_by_term=(("Tanh", 8.0), ("Sigmoid", 8.0)),
-                       strided_copy_efficiency=0.5)
-GPU_H100 = Device("gpu-h100", peak_gflops=67000.0, bandwidth_gbs=3350.0, op_overhead_us=5.0,
-                         overhead_us_by_term=_GPU_OVERHEADS,
-                         flops_per_element_by_term=(("Tanh", 8.0), ("Sigmoid", 8.0)), strided_copy_efficiency=0.5)
-GPU = GPU_T4
-
-DEVICES = {p.name: p for p in (CPU, GPU_T4, GPU_H100)} | {"gpu": GPU}
-
-
-def device_named(name_or_device) -> Device:
-    if isinstance(name_or_device, Device):
-        return name_or_device
-    try:
-        return DEVICES[name_or_device]
-    except KeyError:
-        raise ValueError(f"unknown device {name_or_device!r}; known: {', '.join(sorted(DEVICES))}") from None
 
 
 # ---------------------------------------------------------------------------------------------- shapes
@@ -342,6 +214,7 @@ def node_cost(term: str, payload, in_shapes: Optional[Sequence[Shape]], out_shap
         return device.overhead_ms(term)
     if term == "Transpose" and nbytes == 0:
         return device.overhead_ms("Reshape")        # a transpose that moves only size-1 dims is a reshape in TF
+    outputs = flops / (2.0 * ins[1][0] * ins[1][1]) if term == "DepthwiseConv2dNative" and flops else 0.0
     flops *= device.flops_per_element(term)
     bandwidth = device.bandwidth_gbs
     if term == "Transpose":
@@ -353,7 +226,7 @@ def node_cost(term: str, payload, in_shapes: Optional[Sequence[Shape]], out_shap
         # does a 1x1 depthwise conv (rule F30), as fast as a broadcast Mul but for its fixed cost (cost/fusion.py,
         # "depthwise")
         bandwidth *= device.broadcast_efficiency
-    compute_ms = flops / (device.peak_gflops * 1e6)
+    compute_ms = flops / (device.peak_gflops * 1e6) + outputs * device.depthwise_ns_per_output * 1e-6
     memory_ms = nbytes / (bandwidth * 1e6)
     return max(compute_ms, memory_ms) + device.overhead_ms(term)
 
@@ -400,7 +273,8 @@ def fusion_terms(exp: Exported, costs_ms: list[float], batch_size: int, device: 
     const = constant_classes(exp.egraph)
     out = list(costs_ms)
     terms: dict[int, Fused] = {}
-    for i, site in sorted(fusion.fusion_sites(exp, device.fused_contractions, device.fused_activations).items()):
+    for i, site in sorted(fusion.fusion_sites(exp, device.fused_contractions, device.fused_activations,
+                                              device.onednn).items()):
         n = exp.egraph.nodes[i]
         if is_folded(n, const):
             continue
@@ -417,7 +291,7 @@ def fusion_terms(exp: Exported, costs_ms: list[float], batch_size: int, device: 
     if device.fused_matmul_us:
         # a MatMul's bias is fused by the runtime whatever extraction does, so it is a plain price, not a Fused term
         # (which can only make a node cheaper): dearer than a separate BiasAdd on a few rows, cheaper on many
-        for i in fusion.matmul_biases(exp):
+        for i in fusion.matmul_biases(exp, device.onednn):
             if not is_folded(exp.egraph.nodes[i], const):
                 in_shapes, out_shape = node_shapes(exp, i, batch_size, unknown_dim)
                 out[i] = device.fused_matmul_us * 1e-3 + fused_cost(exp.egraph.nodes[i].op, in_shapes, out_shape,
@@ -456,8 +330,8 @@ def _node_costs(exp: Exported, batch_size: int, device: Device, unknown_dim: int
 
 def with_hazards(exp: Exported, costs_ms: list[float], device: Device) -> list[float]:
     """costs_ms with fusion.HAZARD_MS added to every form TF's remapper fails on (fusion.remapper_hazards), on a
-    device where the remapper's fusions are priced (the CPU)."""
-    if not device.fused_contractions:
+    device where the remapper fuses a bias-semantic AddV2 (the hazard's form: oneDNN's)."""
+    if not device.onednn:
         return costs_ms
     out = list(costs_ms)
     for i in remapper_hazards(exp):

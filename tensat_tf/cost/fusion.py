@@ -1,8 +1,9 @@
 """Which e-nodes TF's CPU runtime runs inside a convolution kernel (Grappler's remapper), so they cost only their
 epilogue arithmetic: no per-op overhead and no extra pass over memory.
 
-What TF 2.21 fuses on CPU with oneDNN on (the default), when a SavedModel is served: checked by running each pattern
-with Grappler on and listing the kernels that ran (tensat_tf/cost/fusion_bench.py), and in the remapper's source:
+What TF 2.21 fuses on CPU with oneDNN's ops on, when a SavedModel is served: checked by running each pattern with
+Grappler on and listing the kernels that ran (tensat_tf/cost/fusion_bench.py), and in the remapper's source. Whether
+they are on is TF's choice per machine (see "Without oneDNN" at the end for the other case):
   bias   BiasAdd(C, b), and an Add/AddV2 of C and a bias-shaped tensor (remapper's IsBiasSemanticAdd, oneDNN only:
          for a convolution every dim but the last is 1 and the last is the channel count, rank <= 4; for a MatMul
          rank 1), where C is a Conv2D, DepthwiseConv2dNative or MatMul  -> _FusedConv2D / _FusedDepthwiseConv2dNative
@@ -65,6 +66,15 @@ with Grappler on and listing the kernels that ran (tensat_tf/cost/fusion_bench.p
          the guard. Both forms cost the same otherwise (rule F05 puts them in one class), so remapper_hazards marks
          the AddV2s and the cost model adds HAZARD_MS to each: extraction takes the BiasAdd. Both MobileNetV3s then
          pass the check.
+Without oneDNN: TF 2.21 turns oneDNN's ops on by default only on some CPUs. On the AVX-512 VM of the earlier
+  sessions it was on; on an AMD EPYC Zen 3 VM (AVX2, no AVX-512) it is off unless TF_ENABLE_ONEDNN_OPTS=1
+  (tensorflow's IsMklEnabled() is False, the kernels are Eigen's: _FusedConv2D, not _MklNativeFusedConv2D). Then the
+  remapper's oneDNN-only fusions do not happen (its source gates them on IsMKLEnabled(); fusion_bench on that VM,
+  and kernel lists of served SavedModels: EfficientNet-B0's rewritten graph ran 65 separate Sigmoids and 16 plain
+  DepthwiseConv2dNative kernels with separate BiasAdds): a bias-semantic AddV2 stays a separate op (only a BiasAdd
+  fuses), Tanh / Sigmoid after a MatMul's bias, swish and GELU stay separate, and a depthwise conv's bias and
+  activation too. Conv2D / MatMul + BiasAdd (+ Relu / Relu6) still run as one _FusedConv2D / _FusedMatMul.
+  devices.CPU_EIGEN is that runtime's profile (Device.onednn False: fusion_sites(onednn=False)).
 """
 from __future__ import annotations
 
@@ -77,6 +87,9 @@ CONTRACTIONS = frozenset({"Conv2D", "DepthwiseConv2dNative", "MatMul"})
 # activation term -> contractions whose fused bias it joins (remapper's FindContractionWithBiasAndActivation)
 ACTIVATIONS = {"Relu": CONTRACTIONS, "ReluSix": CONTRACTIONS,
                "Tanh": frozenset({"MatMul"}), "Sigmoid": frozenset({"MatMul"})}
+# what the remapper does only where TF runs oneDNN's ops (module docstring, "Without oneDNN"): the activations it
+# fuses otherwise, and the bias forms (a bias-semantic AddV2 is oneDNN's)
+EIGEN_ACTIVATIONS = {"Relu": CONTRACTIONS, "ReluSix": CONTRACTIONS}
 # activation -> contractions whose BiasAdd it joins in one kernel (Device.fused_activations)
 FUSED_ACTIVATIONS = (("swish", ("Conv2D",)), ("gelu", ("MatMul",)))
 # activations that also join a Conv2D + FusedBatchNormV3: the two measured (the remapper excludes Sigmoid; Tanh there
@@ -114,11 +127,12 @@ def _bias_semantic_sides(exp: Exported, n, offers: dict) -> list[tuple[int, set[
             for c, b in ((n.children[0], n.children[1]), (n.children[1], n.children[0]))]
 
 
-def fused_nodes(exp: Exported, contractions=CONTRACTIONS, activations=FUSED_ACTIVATIONS) -> dict[int, str]:
+def fused_nodes(exp: Exported, contractions=CONTRACTIONS, activations=FUSED_ACTIVATIONS,
+                onednn: bool = True) -> dict[int, str]:
     """node index -> 'bias' | 'bn' | 'act' | 'swish' | 'gelu' for every e-node that runs as the epilogue of a fused
     contraction, the contractions limited to `contractions` and `activations` (the ones whose fusion pays on the
-    device: Device)."""
-    return {i: site.kind for i, site in fusion_sites(exp, contractions, activations).items()}
+    device: Device), with oneDNN's ops on or off (Device.onednn)."""
+    return {i: site.kind for i, site in fusion_sites(exp, contractions, activations, onednn).items()}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,7 +143,8 @@ class Site:
     partners: frozenset[int] = frozenset()      # other nodes of the same epilogue that read `reads` too
 
 
-def fusion_sites(exp: Exported, contractions=CONTRACTIONS, activations=FUSED_ACTIVATIONS) -> dict[int, Site]:
+def fusion_sites(exp: Exported, contractions=CONTRACTIONS, activations=FUSED_ACTIVATIONS,
+                 onednn: bool = True) -> dict[int, Site]:
     """node index -> Site for every fused epilogue node (see fused_nodes). The remapper fuses it only when `reads` is
     computed by one of `producers` and the node is its only reader: which depends on the extracted program, not on
     the e-graph, so extraction prices it (egraph/data.py EGraphData.fused). An activation's producers are its fused
@@ -142,7 +157,7 @@ def fusion_sites(exp: Exported, contractions=CONTRACTIONS, activations=FUSED_ACT
     for i, n in enumerate(g.nodes):
         if n.op == "BiasAdd" and len(n.children) == 2:
             sides = [(n.children[0], set(offers.get(n.children[0], {})))]
-        elif n.op == "AddV2" and len(n.children) == 2:
+        elif n.op == "AddV2" and len(n.children) == 2 and onednn:
             sides = _bias_semantic_sides(exp, n, offers)
         elif n.op == "FusedBatchNormV3" and n.children and "Conv2D" in offers.get(n.children[0], {}):
             fused[i] = Site("bn", n.children[0], frozenset(offers[n.children[0]]["Conv2D"]))
@@ -159,8 +174,9 @@ def fusion_sites(exp: Exported, contractions=CONTRACTIONS, activations=FUSED_ACT
     for i, n in enumerate(g.nodes):
         if n.op == "Out" and n.children and n.children[0] in bn_tuple and n.payload and n.payload[0] == 0:
             bn_out.setdefault(n.eclass, set()).add(i)
+    table = ACTIVATIONS if onednn else EIGEN_ACTIVATIONS
     for i, n in enumerate(g.nodes):
-        allowed = ACTIVATIONS.get(n.op)
+        allowed = table.get(n.op)
         if allowed is None or len(n.children) != 1:
             continue
         c = n.children[0]
@@ -256,10 +272,11 @@ def _swish_sites(v: _View, contractions, fused: dict) -> None:
             break
 
 
-def matmul_biases(exp: Exported) -> frozenset[int]:
-    """The bias nodes (BiasAdd, bias-semantic AddV2) on a class that a MatMul computes: the remapper runs each with
-    its MatMul as one _MklNativeFusedMatMul (module docstring, "MatMul")."""
-    return frozenset(i for i, site in fusion_sites(exp, frozenset({"MatMul"}), ()).items() if site.kind == "bias")
+def matmul_biases(exp: Exported, onednn: bool = True) -> frozenset[int]:
+    """The bias nodes (BiasAdd; with oneDNN, a bias-semantic AddV2 too) on a class that a MatMul computes: the
+    remapper runs each with its MatMul as one fused kernel (module docstring, "MatMul")."""
+    return frozenset(i for i, site in fusion_sites(exp, frozenset({"MatMul"}), (), onednn).items()
+                     if site.kind == "bias")
 
 
 def remapper_hazards(exp: Exported, contractions=CONTRACTIONS) -> frozenset[int]:

@@ -21,6 +21,7 @@ import os
 import subprocess
 import sys
 import time
+from typing import Optional
 
 R = 8              # copies per graph
 BLOCKS = 7         # interleaved timing blocks; the fastest counts
@@ -143,11 +144,15 @@ def measure() -> dict:
     return result
 
 
-def run_in_worker(timeout_s: float = 600.0) -> dict:
-    """measure() in a fresh process with one compute thread (see cost/measured.py on TF's global thread pool)."""
+def run_in_worker(timeout_s: float = 600.0, onednn: Optional[bool] = None) -> dict:
+    """measure() in a fresh process with one compute thread (see cost/measured.py on TF's global thread pool), with
+    oneDNN's ops on or off (TF_ENABLE_ONEDNN_OPTS; None: as this process's environment says)."""
     from tensat_tf.cost.measured import WORKER_ENV
+    env = os.environ | WORKER_ENV
+    if onednn is not None:
+        env["TF_ENABLE_ONEDNN_OPTS"] = "1" if onednn else "0"
     proc = subprocess.run([sys.executable, "-m", "tensat_tf.cost.fusion_bench"], capture_output=True, text=True,
-                          env=os.environ | WORKER_ENV, timeout=timeout_s)
+                          env=env, timeout=timeout_s)
     if proc.returncode != 0:
         raise RuntimeError(f"fusion benchmark failed: {proc.stderr.strip().splitlines()[-1:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])

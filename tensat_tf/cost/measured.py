@@ -188,7 +188,7 @@ def _worker_main() -> None:
     can slow every round of one op 2x (seen on the test VM), and passes apart in time rarely all fall in one burst.
     """
     requests = json.load(sys.stdin)
-    device = analytic.GPU if tf.config.list_physical_devices("GPU") else analytic.CPU
+    device = analytic.GPU if tf.config.list_physical_devices("GPU") else analytic.runtime_cpu()
     best: dict[str, dict] = {}
     for p in range(PASSES):
         for r in requests:
@@ -262,7 +262,7 @@ class MeasuredCostModel:
         self.batch_size = batch_size
         self.unknown_dim = unknown_dim
         if device is None:
-            device = analytic.GPU if tf.config.list_physical_devices("GPU") else analytic.CPU
+            device = analytic.GPU if tf.config.list_physical_devices("GPU") else analytic.runtime_cpu()
         self.device = analytic.device_named(device)
         self.entries: dict[str, dict] = self._read_file()
         self.hits = 0          # node lookups answered by entries that existed before the call that made them
