@@ -282,6 +282,11 @@ def test_without_onednn_only_the_generic_fusions():
     assert analytic.costs(chain(**dw), device=e) == analytic.costs(chain(**dw), device=e, fusion=False)
     # the hazard's tie-break is oneDNN's (its remapper fuses the AddV2 form)
     assert analytic.with_hazards(chain(bias_op="AddV2"), [0.0] * 6, e) == [0.0] * 6
+    # a grouped Conv2D (rules S092/S093) cannot run there once a BiasAdd is fused into it: never extracted
+    grouped = [(1, 8, 8, 88), (1, 1, 44, 44)]
+    assert analytic.node_cost("Conv2D", SAME, grouped, (1, 8, 8, 44), device=e) == analytic.UNRUNNABLE_MS
+    assert analytic.node_cost("Conv2D", SAME, grouped, (1, 8, 8, 44), device=CPU) < 1e-2
+    assert analytic.node_cost("Conv2D", SAME, [(1, 8, 8, 44), (1, 1, 44, 44)], (1, 8, 8, 44), device=e) < 1e-2
 
 
 def test_the_default_profile_follows_the_runtime():

@@ -208,6 +208,8 @@ def node_cost(term: str, payload, in_shapes: Optional[Sequence[Shape]], out_shap
         in_shapes = [out_shape] * ops.BY_TERM[term].n_tensor_inputs
     ins = [concrete(s, batch_size) for s in in_shapes]
     out = concrete(out_shape, batch_size)
+    if term == "Conv2D" and not device.onednn and _grouped(ins):
+        return UNRUNNABLE_MS
     try:
         flops, nbytes = flops_and_bytes(term, payload, ins, out)
     except (ValueError, IndexError, TypeError):      # a shape that does not fit the op (rank mismatch): no estimate
@@ -229,6 +231,18 @@ def node_cost(term: str, payload, in_shapes: Optional[Sequence[Shape]], out_shap
     compute_ms = flops / (device.peak_gflops * 1e6) + outputs * device.depthwise_ns_per_output * 1e-6
     memory_ms = nbytes / (bandwidth * 1e6)
     return max(compute_ms, memory_ms) + device.overhead_ms(term)
+
+
+# What a grouped Conv2D costs where TF runs Eigen's kernels (Device.onednn False): the remapper fuses a BiasAdd after
+# it into a _FusedConv2D that Eigen does not implement for groups ("Fused conv implementation does not support grouped
+# convolutions", seen on NASNet-Mobile after rules S092/S093 on the Zen 3 VM), so such a form must not be extracted.
+UNRUNNABLE_MS = 1e3
+
+
+def _grouped(ins: Sequence[Shape]) -> bool:
+    """A Conv2D whose input has more channels than its filter takes (TF then runs filter-in-channel groups)."""
+    return len(ins) == 2 and len(ins[0]) == 4 and len(ins[1]) == 4 and ins[0][3] > 0 and ins[1][2] > 0 \
+        and ins[0][3] != ins[1][2]
 
 
 _BINARY_ELEMENTWISE = frozenset({"AddV2", "Mul", "Sub", "BiasAdd"})
