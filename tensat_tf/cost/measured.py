@@ -73,6 +73,12 @@ def device_name() -> str:
     return platform.processor() or platform.machine() or "cpu"
 
 
+def machine_device() -> analytic.Device:
+    """The analytic Device of this machine, for the estimates the measured model falls back on: GPU when TF sees one,
+    else the CPU profile of this process's runtime (devices.runtime_cpu)."""
+    return analytic.GPU if tf.config.list_physical_devices("GPU") else analytic.runtime_cpu()
+
+
 def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "device"
 
@@ -188,7 +194,7 @@ def _worker_main() -> None:
     can slow every round of one op 2x (seen on the test VM), and passes apart in time rarely all fall in one burst.
     """
     requests = json.load(sys.stdin)
-    device = analytic.GPU if tf.config.list_physical_devices("GPU") else analytic.runtime_cpu()
+    device = machine_device()
     best: dict[str, dict] = {}
     for p in range(PASSES):
         for r in requests:
@@ -262,7 +268,7 @@ class MeasuredCostModel:
         self.batch_size = batch_size
         self.unknown_dim = unknown_dim
         if device is None:
-            device = analytic.GPU if tf.config.list_physical_devices("GPU") else analytic.runtime_cpu()
+            device = machine_device()
         self.device = analytic.device_named(device)
         self.entries: dict[str, dict] = self._read_file()
         self.hits = 0          # node lookups answered by entries that existed before the call that made them
