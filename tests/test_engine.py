@@ -283,3 +283,25 @@ def test_pass_keeps_its_input_when_tf_grappler_fails_on_the_rewritten_graph(monk
     monkeypatch.setattr(grappler, "runtime_error", real)
     p = TensatPass(EngineOptions(enable_rules=["tf-fold"]))
     assert p.optimize(gd, item) is not gd and p.stats.rules_applied       # the same graph, rewritten, without it
+
+
+def test_final_extraction_reuses_the_probe_of_the_egraph_saturation_kept(zoo_cache, monkeypatch):
+    """Saturation that stops for no gain hands back the e-graph of its best probe; the pass then takes the probe's
+    proven extraction of that e-graph instead of solving it again, and emits the same graph as a fresh extraction."""
+    from tensat_tf import extract as extract_mod
+    from tensat_tf.passes import tensat as tensat_mod
+    gd, item = canonical("keras_cnn")
+    p = tensat_mod.TensatPass(EngineOptions())
+    out = p.optimize(gd, item)
+    assert p.stats.stop_reason == "no_gain"
+    assert p.stats.extraction["from_probe"] is True and p._probed
+    calls = []
+    real = extract_mod.extract
+    monkeypatch.setattr(tensat_mod, "extract", lambda *a, **k: calls.append(a[2]) or real(*a, **k))
+    monkeypatch.setattr(tensat_mod.TensatPass, "_probed_extraction", lambda self, g: None)
+    fresh = tensat_mod.TensatPass(EngineOptions())
+    again = fresh.optimize(gd, item)
+    assert fresh.stats.extraction["from_probe"] is False
+    assert calls[-1] == EngineOptions().ilp_seconds          # the final extraction ran, under the full limit
+    assert fresh.stats.extraction["cost_after"] == p.stats.extraction["cost_after"]
+    assert again.SerializeToString(deterministic=True) == out.SerializeToString(deterministic=True)

@@ -155,9 +155,10 @@ def _array(tensor) -> np.ndarray:
     """A TensorProto's value; a read-only view of its bytes when it has them (tf.make_ndarray copies: 0.4 s of
     BERT-TASO's ingest)."""
     dtype = tf.as_dtype(tensor.dtype)
-    if tensor.tensor_content and dtype.is_numpy_compatible and dtype != tf.string:
+    content = tensor.tensor_content          # each read of the field copies its bytes out of the proto: read once
+    if content and dtype.is_numpy_compatible and dtype != tf.string:
         shape = [d.size for d in tensor.tensor_shape.dim]
-        return np.frombuffer(tensor.tensor_content, dtype=dtype.as_numpy_dtype).reshape(shape)
+        return np.frombuffer(content, dtype=dtype.as_numpy_dtype).reshape(shape)
     return tf.make_ndarray(tensor)
 
 
