@@ -60,18 +60,28 @@ def numel(shape: Sequence[int]) -> int:
     return math.prod(shape)
 
 
-def node_shapes(exp: Exported, node_index: int, batch_size: int,
-                unknown_dim: int = UNKNOWN_DIM) -> tuple[Optional[list[Shape]], Optional[Shape]]:
+def node_shapes(exp: Exported, node_index: int, batch_size: int, unknown_dim: int = UNKNOWN_DIM,
+                cache: Optional[dict] = None) -> tuple[Optional[list[Shape]], Optional[Shape]]:
     """(input shapes, output shape) of a typed e-node, unknown dims resolved; None where a shape is missing.
 
     For tuple-output ops (Split, SplitV, FusedBatchNormV3) the class is a TTuple without a shape, so the output shape
-    is the shape of the first input (the data tensor).
+    is the shape of the first input (the data tensor). cache: a dict kept by the caller across the nodes of one
+    `exp` at one batch_size and unknown_dim (class -> resolved shape): pricing ConvNeXt-Tiny's e-graph resolved
+    the same classes' shapes ~25 times each, 0.1 s of each 0.3 s pricing.
     """
     node = exp.egraph.nodes[node_index]
-    ins = [concrete(exp.shapes.get(c), batch_size, exp.sizes.get(c), exp.batch_bases, unknown_dim)
-           for c in node.children]
+
+    def resolved(c: int) -> Optional[Shape]:
+        if cache is not None and c in cache:
+            return cache[c]
+        shape = concrete(exp.shapes.get(c), batch_size, exp.sizes.get(c), exp.batch_bases, unknown_dim)
+        if cache is not None:
+            cache[c] = shape
+        return shape
+
+    ins = [resolved(c) for c in node.children]
     in_shapes = None if any(s is None for s in ins) else ins
-    out = concrete(exp.shapes.get(node.eclass), batch_size, exp.sizes.get(node.eclass), exp.batch_bases, unknown_dim)
+    out = resolved(node.eclass)
     if out is None and exp.sorts[node.eclass] == "TTuple" and ins and ins[0] is not None:
         out = ins[0]
     return in_shapes, out
@@ -287,12 +297,13 @@ def fusion_terms(exp: Exported, costs_ms: list[float], batch_size: int, device: 
     const = constant_classes(exp.egraph)
     out = list(costs_ms)
     terms: dict[int, Fused] = {}
+    resolved: dict = {}
     for i, site in sorted(fusion.fusion_sites(exp, device.fused_contractions, device.fused_activations,
                                               device.onednn).items()):
         n = exp.egraph.nodes[i]
         if is_folded(n, const):
             continue
-        in_shapes, out_shape = node_shapes(exp, i, batch_size, unknown_dim)
+        in_shapes, out_shape = node_shapes(exp, i, batch_size, unknown_dim, resolved)
         price = fused_cost(n.op, in_shapes, out_shape, device)
         if site.kind == "bias" and all(exp.egraph.nodes[j].op == "DepthwiseConv2dNative" for j in site.producers):
             # a Fused term, not a plain price as a MatMul's bias: F30 puts a depthwise conv in the class of a Mul,
@@ -307,7 +318,7 @@ def fusion_terms(exp: Exported, costs_ms: list[float], batch_size: int, device: 
         # (which can only make a node cheaper): dearer than a separate BiasAdd on a few rows, cheaper on many
         for i in fusion.matmul_biases(exp, device.onednn):
             if not is_folded(exp.egraph.nodes[i], const):
-                in_shapes, out_shape = node_shapes(exp, i, batch_size, unknown_dim)
+                in_shapes, out_shape = node_shapes(exp, i, batch_size, unknown_dim, resolved)
                 out[i] = device.fused_matmul_us * 1e-3 + fused_cost(exp.egraph.nodes[i].op, in_shapes, out_shape,
                                                                     device)
     return out, terms
@@ -330,6 +341,7 @@ def _node_costs(exp: Exported, batch_size: int, device: Device, unknown_dim: int
     """Each e-node priced alone (node_cost)."""
     const = constant_classes(exp.egraph)
     out = []
+    resolved: dict = {}
     for i, n in enumerate(exp.egraph.nodes):
         if n.op in STRUCTURAL_FREE or is_folded(n, const):
             out.append(0.0)
@@ -337,7 +349,7 @@ def _node_costs(exp: Exported, batch_size: int, device: Device, unknown_dim: int
         if n.op == "Op":
             out.append(device.overhead_ms("Op"))
             continue
-        in_shapes, out_shape = node_shapes(exp, i, batch_size, unknown_dim)
+        in_shapes, out_shape = node_shapes(exp, i, batch_size, unknown_dim, resolved)
         out.append(node_cost(n.op, n.payload, in_shapes, out_shape, batch_size, device))
     return out
 
