@@ -291,7 +291,9 @@ def test_final_extraction_reuses_the_probe_of_the_egraph_saturation_kept(zoo_cac
     from tensat_tf import extract as extract_mod
     from tensat_tf.passes import tensat as tensat_mod
     gd, item = canonical("keras_cnn")
-    p = tensat_mod.TensatPass(EngineOptions())
+    # no clock in the way (a slow machine could stop saturation on time, or the 1 s probe unproven)
+    engine = EngineOptions(budget=Budget(seconds_per_enode=None), probe_seconds=10.0)
+    p = tensat_mod.TensatPass(engine)
     out = p.optimize(gd, item)
     assert p.stats.stop_reason == "no_gain"
     assert p.stats.extraction["from_probe"] is True and p._probed
@@ -299,9 +301,9 @@ def test_final_extraction_reuses_the_probe_of_the_egraph_saturation_kept(zoo_cac
     real = extract_mod.extract
     monkeypatch.setattr(tensat_mod, "extract", lambda *a, **k: calls.append(a[2]) or real(*a, **k))
     monkeypatch.setattr(tensat_mod.TensatPass, "_probed_extraction", lambda self, g: None)
-    fresh = tensat_mod.TensatPass(EngineOptions())
+    fresh = tensat_mod.TensatPass(engine)
     again = fresh.optimize(gd, item)
     assert fresh.stats.extraction["from_probe"] is False
-    assert calls[-1] == EngineOptions().ilp_seconds          # the final extraction ran, under the full limit
+    assert calls[-1] == engine.ilp_seconds                   # the final extraction ran, under the full limit
     assert fresh.stats.extraction["cost_after"] == p.stats.extraction["cost_after"]
     assert again.SerializeToString(deterministic=True) == out.SerializeToString(deterministic=True)
