@@ -124,9 +124,9 @@ def test_saturation_time_limit_holds(tmp_path, scaled):
     if scaled:
         assert limit < 1.5, "the scaled budget is the one that stops it"
     # no iteration starts past the budget: the run overshoots by at most the one iteration that was running (whose
-    # forecast a busy machine can spoil), and by not much in all
+    # forecast a busy machine can spoil: on a loaded 2-core VM one iteration took 1.7 s of a 1.5 s budget, so a bound
+    # on the total, once 2x the limit here, tests the machine rather than the scheduler)
     assert elapsed <= limit + max(it.seconds for it in res.iterations) + 0.1
-    assert elapsed <= 2 * limit
 
 
 def test_cycle_filter_blacklists_the_newest_node():
