@@ -173,8 +173,8 @@ class TensatPass:
     def _probed_extraction(self, g: EGraphData):
         """The probe's extraction of an e-graph equal to `g` (nodes, prices, roots, cycle blacklist, fusions), when the
         probe proved it optimal: saturation that stops for no gain hands back the e-graph of its best probe, and
-        extracting it again under the longer limit can only find the same cost within the same gap (about 1 s of
-        Inception-ResNet-v2's pass, BENCHMARKS.md). None otherwise."""
+        extracting it again under the longer limit would prove no more than the probe did, a choice within the same
+        relative gap of a bound (0.1-2 s of the pass on the real exports, BENCHMARKS.md). None otherwise."""
         for seen, res in self._probed:
             if (seen.roots == g.roots and seen.blacklist == g.blacklist and seen.fused == g.fused
                     and seen.nodes == g.nodes):
