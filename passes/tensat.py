@@ -175,11 +175,7 @@ class TensatPass:
         probe proved it optimal: saturation that stops for no gain hands back the e-graph of its best probe, and
         extracting it again under the longer limit would prove no more than the probe did, a choice within the same
         relative gap of a bound (0.1-2 s of the pass on the real exports, BENCHMARKS.md). None otherwise."""
-        for seen, res in self._probed:
-            if (seen.roots == g.roots and seen.blacklist == g.blacklist and seen.fused == g.fused
-                    and seen.nodes == g.nodes):
-                return res
-        return None
+        return next((res for seen, res in self._probed if seen == g), None)
 
     def optimize(self, graph_def, item: GrapplerItem):
         with _older_objects_frozen():
