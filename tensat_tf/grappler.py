@@ -13,22 +13,39 @@ from tensat_tf.item import GrapplerItem, node_name
 from tensat_tf.options import MIN_VARIABLE_ELEMENTS
 
 
-def optimize_graph(graph_def, item: GrapplerItem, optimizers: Sequence[str], **rewrite_options):
-    g = tf.Graph()
-    with g.as_default():
-        tf.graph_util.import_graph_def(graph_def, name="")
-    mg = tf.compat.v1.train.export_meta_graph(graph_def=g.as_graph_def(add_shapes=True), graph=g)
-    # build TensorInfo by hand: build_tensor_info() refuses to run in eager mode
+def _meta_graph(graph_def, item: GrapplerItem) -> meta_graph_pb2.MetaGraphDef:
+    """The MetaGraphDef Grappler's item builder reads (tensorflow/core/grappler/grappler_item_builder.cc in TF's
+    sources): the graph, and a signature whose inputs give each feed's dtype and shape (it feeds a fake tensor of
+    them) and whose outputs name the fetches. Where every feed is a Placeholder its attributes say both, and the graph
+    is not imported into a tf.Graph (0.3 s for Inception-ResNet-v2's rewritten graph, a third of the Grappler
+    check); otherwise TF's shape inference says them."""
+    nodes = {n.name: n for n in graph_def.node}
+    feeds = [nodes.get(node_name(t)) for t in item.feeds]
+    mg = meta_graph_pb2.MetaGraphDef()
     sig = meta_graph_pb2.SignatureDef()
-    for i, name in enumerate(item.feeds):
-        t = g.get_tensor_by_name(name)
-        sig.inputs[f"in{i}"].CopyFrom(meta_graph_pb2.TensorInfo(
-            name=t.name, dtype=t.dtype.as_datatype_enum, tensor_shape=t.shape.as_proto()))
+    if all(n is not None and n.op == "Placeholder" and t.endswith(":0") for n, t in zip(feeds, item.feeds)):
+        mg.graph_def.CopyFrom(graph_def)
+        for i, (name, n) in enumerate(zip(item.feeds, feeds)):
+            sig.inputs[f"in{i}"].CopyFrom(meta_graph_pb2.TensorInfo(
+                name=name, dtype=n.attr["dtype"].type, tensor_shape=n.attr["shape"].shape))
+    else:
+        g = tf.Graph()
+        with g.as_default():
+            tf.graph_util.import_graph_def(graph_def, name="")
+        mg.graph_def.CopyFrom(g.as_graph_def())
+        # build TensorInfo by hand: build_tensor_info() refuses to run in eager mode
+        for i, name in enumerate(item.feeds):
+            t = g.get_tensor_by_name(name)
+            sig.inputs[f"in{i}"].CopyFrom(meta_graph_pb2.TensorInfo(
+                name=t.name, dtype=t.dtype.as_datatype_enum, tensor_shape=t.shape.as_proto()))
     for i, name in enumerate(item.fetches):
-        t = g.get_tensor_by_name(name)
-        sig.outputs[f"out{i}"].CopyFrom(meta_graph_pb2.TensorInfo(
-            name=t.name, dtype=t.dtype.as_datatype_enum, tensor_shape=t.shape.as_proto()))
+        sig.outputs[f"out{i}"].name = name       # the item builder reads only an output's name
     mg.signature_def["serving_default"].CopyFrom(sig)
+    return mg
+
+
+def optimize_graph(graph_def, item: GrapplerItem, optimizers: Sequence[str], **rewrite_options):
+    mg = _meta_graph(graph_def, item)
     # Grappler keeps the nodes listed in the train_op collection (that is how convert_to_constants uses it too)
     keep = sorted({node_name(t) for t in item.fetches} | set(item.preserve))
     coll = meta_graph_pb2.CollectionDef()
