@@ -123,6 +123,18 @@ def egglog_text(t) -> str:
 
 
 # ------------------------------------------------------------------ egglog side
+_LANGUAGE: list[Session] = []
+
+
+def _language() -> Session:
+    """One e-graph with the language declared, shared by every check in the process: each check runs in a pushed
+    copy that is popped after it (Session.push), so no check sees another's rule, terms or facts. Declaring the
+    language took 0.19 s an e-graph, ten e-graphs a rule: 1.9 of the 2.3 s a rule's check took (S091, cProfile)."""
+    if not _LANGUAGE:
+        _LANGUAGE.append(Session(L.new_egraph()))
+    return _LANGUAGE[0]
+
+
 def _leaves_program(binding: Binding, weights: frozenset, positive: Optional[frozenset] = None,
                     floating: Optional[frozenset] = None) -> str:
     positive = binding.positive if positive is None else positive
@@ -145,30 +157,32 @@ def fires(rule: Rule, binding: Binding, weights: Optional[frozenset] = None,
     weights = binding.weights if weights is None else weights
     sorts = var_sorts(rule)
     lhs = [instantiate(s, sorts, binding.shapes, binding.literals) for s in rule.sources]
-    session = Session(L.new_egraph())
     prog = [compile_rule(rule), _leaves_program(binding, weights, positive, floating)]
     prog += [f"(let $L{k}_ {egglog_text(t)})" for k, t in enumerate(lhs)]
     prog.append("(run-schedule (saturate (run shapes)))")
     prog.append(f"(run-schedule (run {ruleset_name(rule.name)}))")
     prog.append("(run-schedule (saturate (run shapes)))")
-    session.run_program("\n".join(prog))
-    try:
-        rhs = [instantiate(t, sorts, binding.shapes, binding.literals) for t in rule.targets]
-    except IndexError:      # a right-side literal reads a dim past the rank: egglog's vec-get fails the match too
-        return False, lhs, []
-    session.run_program("\n".join(f"(let $R{k}_ {egglog_text(t)})" for k, t in enumerate(rhs)))
-    fired = all(session.check(f"(= $L{k}_ $R{k}_)") for k in range(len(lhs)))
+    session = _language()
+    with session.push():
+        session.run_program("\n".join(prog))
+        try:
+            rhs = [instantiate(t, sorts, binding.shapes, binding.literals) for t in rule.targets]
+        except IndexError:  # a right-side literal reads a dim past the rank: egglog's vec-get fails the match too
+            return False, lhs, []
+        session.run_program("\n".join(f"(let $R{k}_ {egglog_text(t)})" for k, t in enumerate(rhs)))
+        fired = all(session.check(f"(= $L{k}_ $R{k}_)") for k in range(len(lhs)))
     return fired, lhs, rhs
 
 
 def rhs_shapes_derived(rhs: list, binding: Binding, expected: list[tuple]) -> bool:
-    session = Session(L.new_egraph())
     prog = [_leaves_program(binding, binding.weights)]
     prog += [f"(let $R{k}_ {egglog_text(t)})" for k, t in enumerate(rhs)]
     prog.append("(run-schedule (saturate (run shapes)))")
-    session.run_program("\n".join(prog))
-    return all(session.check(f"(= (shape $R{k}_) (vec-of {' '.join(map(str, s))}))")
-               for k, s in enumerate(expected))
+    session = _language()
+    with session.push():
+        session.run_program("\n".join(prog))
+        return all(session.check(f"(= (shape $R{k}_) (vec-of {' '.join(map(str, s))}))")
+                   for k, s in enumerate(expected))
 
 
 # ------------------------------------------------------------------ TF side

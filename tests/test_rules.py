@@ -59,6 +59,30 @@ def test_verifier_catches_a_missing_guard():
         soundness.check(bad)
 
 
+def test_each_check_leaves_the_shared_egraph_as_it_found_it():
+    """The checks share one e-graph with the language declared (soundness._language) and run each in a pushed copy:
+    a rule checked before must not be there for the next check, nor its terms."""
+    from tensat_tf.egraph.session import EgglogError, MalformedProgram
+    _, (always,), _ = syntax.parse_file(
+        '(family x)\n(rule ALWAYS (Relu ?x) => (Tanh ?x) :test ((?x 3 4)))', "leak")
+    _, (keep,), _ = syntax.parse_file(
+        '(family x)\n(rule KEEP (Tanh ?x) => (Tanh ?x) :test ((?x 3 4)))', "leak")
+    with pytest.raises(soundness.UnsoundRule):
+        soundness.check(always)         # fires, and relu != tanh numerically
+    fired, _, _ = soundness.fires(keep, keep.tests[0])
+    assert fired
+    session = soundness._language()
+    assert session.depth == 0
+    with pytest.raises(MalformedProgram):
+        session.check("(= $L0_ $L0_)")     # the checks' terms are gone
+    with session.push():                   # and ALWAYS's ruleset with them: Relu stays Relu
+        session.run_program('(let $a_ (Relu (Input "a"))) (let $b_ (Tanh (Input "a")))')
+        session.run_program("(run-schedule (saturate (run shapes)))")
+        with pytest.raises(EgglogError):
+            session.run_program(f"(run-schedule (run {soundness.ruleset_name('ALWAYS')}))")
+        assert not session.check("(= $a_ $b_)")
+
+
 def test_positive_guard_is_what_makes_a_value_rule_sound():
     # relu(x*s) = relu(x)*s needs s > 0: with the guard and a :positive weight it verifies; without the guard the
     # verifier reports it (:weight values are drawn in (-1, 1)); negatives: the :reject and the positivity-dropped check
