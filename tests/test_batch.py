@@ -32,6 +32,7 @@ def models(zoo_cache, tmp_path_factory):
     return root
 
 
+@pytest.mark.slow
 def test_batch_finishes_the_others_and_reports_the_broken_one(models, tmp_path):
     out = tmp_path / "out"
     flagfile = tmp_path / "batch.flags"

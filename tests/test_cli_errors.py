@@ -119,6 +119,7 @@ def test_output_exists_and_not_empty(mlp_copy, tmp_path):
     assert os.listdir(out) == ["keep.txt"]
 
 
+@pytest.mark.slow
 def test_table_signature_refused_by_name(table_model, tmp_path):
     out = str(tmp_path / "out")
     digest = tree_digest(table_model)
@@ -134,6 +135,7 @@ def test_string_input_refused_by_name(table_model, tmp_path):
                          errors.UnsupportedSignature.exit_code, "string input 'text'", out)
 
 
+@pytest.mark.slow
 def test_other_signatures_convert_when_selected(table_model, tmp_path):
     out = str(tmp_path / "out")
     report = str(tmp_path / "report.json")

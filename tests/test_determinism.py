@@ -53,6 +53,7 @@ def test_same_process_different_folders(name, first, tmp_path):
     assert_same_files(a, b)
 
 
+@pytest.mark.slow
 def test_subprocess_matches_in_process(first, tmp_path):
     """lstm: two Keras signatures, each with its own frozen While cond/body in the library, all renamed."""
     here = first("lstm")

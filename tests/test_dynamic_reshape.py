@@ -66,6 +66,7 @@ def test_bias_stays_after_the_reshape_on_a_few_rows(dense_gelu):
     assert _bias_inputs(out) == ["Reshape", "Reshape"]
 
 
+@pytest.mark.slow
 def test_convert_prices_verifies_and_profiles_at_the_users_sequence_length(tmp_path):
     """--unknown_dim (EngineOptions.unknown_dim): the sequence length a model is served at decides what extraction
     prefers, and verification and profiling feed inputs of that length."""

@@ -289,6 +289,7 @@ def test_without_onednn_only_the_generic_fusions():
     assert analytic.node_cost("Conv2D", SAME, [(1, 8, 8, 44), (1, 1, 44, 44)], (1, 8, 8, 44), device=e) < 1e-2
 
 
+@pytest.mark.slow
 def test_the_default_profile_follows_the_runtime():
     """'auto' (options.EngineOptions.device) is CPU where TF runs oneDNN's ops and CPU_EIGEN where it does not,
     whichever TF chose or TF_ENABLE_ONEDNN_OPTS forced, in the converting process; a profile named is used as is."""

@@ -97,6 +97,7 @@ def test_faster_publishes_the_optimized_graph(zoo_cache, tmp_path, monkeypatch):
         assert len(sig["profile"]["settings"]) == 4            # batch 1 and 4, one thread and default threads
 
 
+@pytest.mark.slow
 def test_convert_profile_reports_every_setting(zoo_cache, tmp_path):
     rep = convert("zoo:bert_tiny", str(tmp_path / "o"), Options(profile=True, profile_seconds=1.0,
                                                                 profile_threads=(1,), verify_batch_sizes=(1, 2)))
@@ -111,6 +112,7 @@ def test_convert_profile_reports_every_setting(zoo_cache, tmp_path):
         assert s["decision"]["blocks"] == len(s["original"]["block_medians"])
 
 
+@pytest.mark.slow
 def test_profile_command_prints_each_signature(zoo_cache):
     proc = subprocess.run([sys.executable, "-m", "tensat_tf.cli.main", "profile", zoo.resolve("zoo:mlp"),
                            "--threads=default"], capture_output=True, text=True, timeout=300)

@@ -120,6 +120,7 @@ def test_emit_onnx_of_a_signature_that_publishes_the_original(zoo_cache, tmp_pat
     assert report["onnx"]["profile"]["published"] == "original" and "settings" not in report["onnx"]["profile"]
 
 
+@pytest.mark.slow
 def test_onnx_aa_is_not_faster(zoo_cache, tmp_path):
     """ONNX Runtime timing in the profile worker: one ONNX file against itself is never "faster"."""
     from tensat_tf import latency

@@ -132,6 +132,7 @@ def test_interrupted_publish_leaves_no_version(base_with_v1, monkeypatch):
     assert serving.versions(base_with_v1) == [1]
 
 
+@pytest.mark.slow
 def test_cli_serving_mode(base_with_v1):
     """`convert --model_base_path=BASE`: 1 -> 2 with warm-up, then `--nowarmup` 2 -> 3; reports beside versions."""
     proc = subprocess.run(CLI + ["convert", f"--model_base_path={base_with_v1}", "--noprofile"],
