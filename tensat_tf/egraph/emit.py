@@ -91,7 +91,8 @@ class Emitter:
     def _fold(self) -> None:
         """Compute the value of every folded class the walk will emit, in one TF graph run (a session per op cost
         1.5 s on DenseNet169's 510 folded ops): weights and statistics are fed, the typed ops are built by
-        nodedef.build, and the dtype of a typed op is its first input's, as in _emit_typed."""
+        nodedef.build, and the dtype of a typed op is its first typed input's, as in _emit_typed (a rule's FConst
+        literal takes its reader's)."""
         # the classes the walk folds: const Tensor classes (not Weights) that a root is, or an unfolded node reads (a
         # const class has only const children, so no unfolded node is below a folded one)
         read = set(self.g.roots)
@@ -109,9 +110,11 @@ class Emitter:
         gd, feeds, name, dtype = tf.compat.v1.GraphDef(), {}, {}, {}
         for c in (c for c in self.order if c in needed):
             n = self.g.nodes[self.choice[c]]
+            if n.op == "FConst" and c not in tops:
+                continue                       # a rule's literal has no dtype of its own: its reader gives it one
             if n.op in ("Weight", "FConst"):
                 value = (tf.make_ndarray(self.ing.weights[n.payload[0]].attr["value"].tensor) if n.op == "Weight"
-                         else np.float32(n.payload[0]))     # rules create FConst for float32 statistics
+                         else np.float32(n.payload[0]))     # a literal read by an unfolded node: float32, as F17's
                 name[c] = f"fold/in{c}"
                 feeds[name[c]] = value
                 dtype[c] = tf.as_dtype(np.asarray(value).dtype)
@@ -120,10 +123,21 @@ class Emitter:
                 name[c], dtype[c] = f"{name[n.children[0]]}:{k}", dtype[n.children[0]]
             else:
                 spec = ops.BY_TERM[n.op]
-                node, extra = nodedef.build(spec, n.payload, f"fold/n{c}", [name[ch] for ch in n.children],
-                                            dtype[n.children[0]])
+                # the op's dtype is its first typed input's; a literal (FConst, rules/activation.rules halves a
+                # filter with one) is fed in that dtype, so a float16 model's weights are not met by a float32 0.5
+                typed = [dtype[ch] for ch in n.children if ch in dtype]
+                op_dtype = typed[0] if typed else tf.float32
+                inputs = []
+                for ch in n.children:
+                    if ch not in dtype:
+                        inputs.append(f"fold/in{ch}_{op_dtype.name}")
+                        feeds[inputs[-1]] = np.asarray(self.g.nodes[self.choice[ch]].payload[0],
+                                                       op_dtype.as_numpy_dtype)
+                    else:
+                        inputs.append(name[ch])
+                node, extra = nodedef.build(spec, n.payload, f"fold/n{c}", inputs, op_dtype)
                 gd.node.extend(extra + [node])
-                name[c], dtype[c] = (f"{node.name}:0" if spec.outputs == "one" else node.name), dtype[n.children[0]]
+                name[c], dtype[c] = (f"{node.name}:0" if spec.outputs == "one" else node.name), op_dtype
         ordered = sorted(tops)
         for c, value in zip(ordered, nodedef.evaluate(gd, feeds, [name[c] for c in ordered])):
             self.values[c] = value
