@@ -39,7 +39,7 @@ def test_a_feed_that_is_no_placeholder_is_described_by_tf_shape_inference():
     assert {"fed", "out"} <= {n.name for n in out.node}
 
 
-def test_canonicalize_gives_the_same_graph_as_through_an_imported_tf_graph():
+def test_canonicalize_gives_the_same_graph_as_through_an_imported_tf_graph(monkeypatch):
     """The direct MetaGraphDef changes nothing Grappler writes: the same bytes as the MetaGraphDef TF's own
     export_meta_graph builds from an imported graph (how the module built it before)."""
     gd, item = conv_scale_bias_relu(4)
@@ -50,12 +50,9 @@ def test_canonicalize_gives_the_same_graph_as_through_an_imported_tf_graph():
     direct = grappler._meta_graph(gd, item)
     exported.signature_def["serving_default"].CopyFrom(direct.signature_def["serving_default"])
 
+    plain = canonicalize.optimize(gd, item).SerializeToString(deterministic=True)
+
     def run(mg):
-        real = grappler._meta_graph
-        grappler._meta_graph = lambda *_: mg
-        try:
-            return canonicalize.optimize(gd, item).SerializeToString(deterministic=True)
-        finally:
-            grappler._meta_graph = real
-    assert run(exported) == run(direct)
-    assert run(direct) == canonicalize.optimize(gd, item).SerializeToString(deterministic=True)
+        monkeypatch.setattr(grappler, "_meta_graph", lambda *_: mg)
+        return canonicalize.optimize(gd, item).SerializeToString(deterministic=True)
+    assert run(exported) == run(direct) == plain

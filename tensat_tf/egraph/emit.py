@@ -125,8 +125,7 @@ class Emitter:
                 spec = ops.BY_TERM[n.op]
                 # the op's dtype is its first typed input's; a literal (FConst, rules/activation.rules halves a
                 # filter with one) is fed in that dtype, so a float16 model's weights are not met by a float32 0.5
-                typed = [dtype[ch] for ch in n.children if ch in dtype]
-                op_dtype = typed[0] if typed else tf.float32
+                op_dtype = next((dtype[ch] for ch in n.children if ch in dtype), tf.float32)
                 inputs = []
                 for ch in n.children:
                     if ch not in dtype:
