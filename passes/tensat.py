@@ -122,6 +122,17 @@ def _older_objects_frozen():
         gc.unfreeze()
 
 
+@dataclasses.dataclass
+class _Prepared:
+    """An exported e-graph made ready for extraction, and the probe's extraction of it (None: not probed, or the
+    probe found no acyclic choice)."""
+    exp: object                        # sizes.exported
+    original: dict                     # emit.original_nodes: the input's own e-nodes
+    blacklist: frozenset               # the cycle filter's
+    priced: EGraphData                 # what extraction solves: exp.egraph priced, with the blacklist
+    probed: Optional[object] = None    # extract.Extraction
+
+
 class TensatPass:
     name = NAME
 
@@ -131,17 +142,7 @@ class TensatPass:
         self.progress = progress or (lambda text: None)
         self.stats: Optional[TensatStats] = None
         self.ruleset = rules_mod.select(options.enable_rules, options.disable_rules, options.rules_files)
-        self._filtered = None                              # (what cycle_blacklist read, its result): the last one
-        self._probed: list = []                            # (priced e-graph, Extraction) the probe proved optimal
-
-    def _cycle_blacklist(self, g: EGraphData, spared: set) -> frozenset:
-        """cycles.cycle_blacklist, remembered for the last e-graph filtered: when saturation stops right after a probe
-        (time limit, no gain), the final e-graph is the one the probe filtered, and the filter is the costly part of
-        both (0.7 s on zoo:real_xception). The key is everything the filter reads."""
-        key = (tuple((n.eclass, n.children) for n in g.nodes), g.blacklist, frozenset(spared))
-        if self._filtered is None or self._filtered[0] != key:
-            self._filtered = (key, cycles.cycle_blacklist(g, spared))
-        return self._filtered[1]
+        self._probes: dict[int, _Prepared] = {}            # iterations done -> what the probe prepared, extracted
 
     def _priced(self, exp, model, orig_ids: set, blacklist) -> EGraphData:
         """The exported e-graph with the cost model's prices (original e-nodes scaled by original_cost_factor) and
@@ -152,30 +153,30 @@ class TensatPass:
             costs = [c * factor + 1e-3 if i in orig_ids else c for i, c in enumerate(costs)]
         return g.with_costs(costs, fused, blacklist)
 
+    def _prepared(self, ing, exp, model) -> "_Prepared":
+        """What extraction needs of an exported e-graph (the same in the probe and at the end)."""
+        original = emit_mod.original_nodes(ing, exp)
+        orig_ids = set(original.values())
+        black = cycles.cycle_blacklist(exp.egraph, _spared(exp.egraph, orig_ids))
+        return _Prepared(exp, original, black, self._priced(exp, model, orig_ids, black))
+
     def _probe(self, ing, model):
         """The saturation probe: the DAG cost the extractor finds in the e-graph as it is now (the same export, cycle
-        filter and costs as below, with the ILP limited to probe_seconds)."""
+        filter and costs as below, with the ILP limited to probe_seconds). What it prepared and extracted is kept by
+        iteration: saturation often leaves an e-graph a probe saw (when it stops for no gain, rolled back to the best
+        probe's; after a probed iteration and others that changed nothing), and preparing it again (export, cycle
+        filter, prices: 0.4 s of Inception-ResNet-v2's pass, BENCHMARKS.md) would give the same."""
         o = self.options
 
-        def probe(eg):
-            exp = sizes_mod.exported(eg, ing)
-            orig_ids = set(emit_mod.original_nodes(ing, exp).values())
-            g = self._priced(exp, model, orig_ids, self._cycle_blacklist(exp.egraph, _spared(exp.egraph, orig_ids)))
+        def probe(eg, iteration: int):
+            prep = self._prepared(ing, sizes_mod.exported(eg, ing), model)
             try:
-                res = extract(g, o.method, o.probe_seconds, o.solver)
+                prep.probed = extract(prep.priced, o.method, o.probe_seconds, o.solver)
             except NoExtraction:
-                return None
-            if res.status == "optimal":
-                self._probed.append((g, res))
-            return res.dag_cost
+                pass
+            self._probes[iteration] = prep
+            return None if prep.probed is None else prep.probed.dag_cost
         return probe
-
-    def _probed_extraction(self, g: EGraphData):
-        """The probe's extraction of an e-graph equal to `g` (nodes, prices, roots, cycle blacklist, fusions), when the
-        probe proved it optimal: saturation that stops for no gain hands back the e-graph of its best probe, and
-        extracting it again under the longer limit would prove no more than the probe did, a choice within the same
-        relative gap of a bound (0.1-2 s of the pass on the real exports, BENCHMARKS.md). None otherwise."""
-        return next((res for seen, res in self._probed if seen == g), None)
 
     def optimize(self, graph_def, item: GrapplerItem):
         with _older_objects_frozen():
@@ -184,7 +185,7 @@ class TensatPass:
     def _optimize(self, graph_def, item: GrapplerItem):
         o = self.options
         stats = self.stats = TensatStats()
-        self._filtered, self._probed = None, []
+        self._probes = {}
         watch = Stopwatch()
         stats.timing_s = watch.seconds
         lap = watch.lap
@@ -199,19 +200,15 @@ class TensatPass:
         stats.saturation = sat.to_json()
         stats.iterations, stats.stop_reason = len(sat.iterations), sat.stop_reason.value
         lap("saturate")
-        exp = sizes_mod.exported(eg, ing)
+        prep = self._probes.get(sat.final_iteration)
+        if prep is None:
+            prep = self._prepared(ing, sizes_mod.exported(eg, ing), model)
         del eg
-        g = exp.egraph
+        exp, g = prep.exp, prep.priced
         stats.enodes, stats.eclasses = g.num_nodes, g.num_classes
-        lap("export")
-        original = emit_mod.original_nodes(ing, exp)
-        orig_ids = set(original.values())
-        orig_choice = emit_mod.original_choice(ing, exp, original)
-        black = self._cycle_blacklist(g, _spared(g, orig_ids))
-        stats.blacklisted = len(black)
-        lap("cycles")
-        g = self._priced(exp, model, orig_ids, black)
-        lap("cost")
+        stats.blacklisted = len(prep.blacklist)
+        orig_choice = emit_mod.original_choice(ing, exp, prep.original)
+        lap("prepare")
         cost_before = dag.dag_cost(g, orig_choice)
         ex = {"method": o.method, "device": model.device.name, "cost_before": round(cost_before, 6)}
         if sat.stop_reason in (StopReason.NO_RULES, StopReason.ERROR):
@@ -222,7 +219,9 @@ class TensatPass:
             return graph_def
         self.progress(f"extracting from {g.num_nodes} e-nodes ({o.method}, at most {o.ilp_seconds:g} s)")
         try:
-            res = self._probed_extraction(g)
+            # a probe's proven extraction of this e-graph is what extracting it again under the longer limit would
+            # prove: a choice within the same relative gap of a bound
+            res = prep.probed if prep.probed is not None and prep.probed.status == "optimal" else None
             ex["from_probe"] = res is not None
             if res is None:
                 res = extract(g, o.method, o.ilp_seconds, o.solver)
@@ -239,7 +238,7 @@ class TensatPass:
             stats.kept_input = "extracted graph is not predicted faster"
             ex["cost_after"] = ex["cost_before"]
             return graph_def
-        stats.rules_applied = rules_applied(g, exp, res.choice, original, self.ruleset)
+        stats.rules_applied = rules_applied(g, exp, res.choice, prep.original, self.ruleset)
         out = emit_mod.emit(ing, exp, res.choice)
         lap("emit")
         failed = grappler.runtime_error(out, item)

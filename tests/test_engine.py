@@ -286,24 +286,36 @@ def test_pass_keeps_its_input_when_tf_grappler_fails_on_the_rewritten_graph(monk
 
 
 def test_final_extraction_reuses_the_probe_of_the_egraph_saturation_kept(zoo_cache, monkeypatch):
-    """Saturation that stops for no gain hands back the e-graph of its best probe; the pass then takes the probe's
-    proven extraction of that e-graph instead of solving it again, and emits the same graph as a fresh extraction."""
+    """Saturation that stops for no gain hands back the e-graph of its best probe; the pass then takes what the probe
+    prepared (export, cycle filter, prices) and its proven extraction instead of doing both again, and emits the same
+    graph as a pass that does them again."""
     from tensat_tf import extract as extract_mod
     from tensat_tf.passes import tensat as tensat_mod
     gd, item = canonical("keras_cnn")
     # no clock in the way (a slow machine could stop saturation on time, or the 1 s probe unproven)
     engine = EngineOptions(budget=Budget(seconds_per_enode=None), probe_seconds=10.0)
+    exports = []
+    real_export = export.export
+    monkeypatch.setattr(export, "export", lambda *a, **k: exports.append(1) or real_export(*a, **k))
     p = tensat_mod.TensatPass(engine)
     out = p.optimize(gd, item)
-    assert p.stats.stop_reason == "no_gain"
-    assert p.stats.extraction["from_probe"] is True and p._probed
+    assert p.stats.stop_reason == "no_gain" and p.stats.extraction["from_probe"] is True
+    probed = [i["index"] for i in p.stats.saturation["per_iteration"] if i["probe_cost"] is not None]
+    assert p.stats.saturation["kept_iterations"] in p._probes
+    assert len(exports) == len(probed) == len(p._probes)            # no export after saturation
+
+    def forgetful(self, ing, model):        # the same probe, keeping nothing: the pass prepares and extracts again
+        probe = real_probe(self, ing, model)
+        return lambda eg, iteration: (probe(eg, iteration), self._probes.clear())[0]
+    real_probe = tensat_mod.TensatPass._probe
+    monkeypatch.setattr(tensat_mod.TensatPass, "_probe", forgetful)
     calls = []
     real = extract_mod.extract
     monkeypatch.setattr(tensat_mod, "extract", lambda *a, **k: calls.append(a[2]) or real(*a, **k))
-    monkeypatch.setattr(tensat_mod.TensatPass, "_probed_extraction", lambda self, g: None)
     fresh = tensat_mod.TensatPass(engine)
     again = fresh.optimize(gd, item)
-    assert fresh.stats.extraction["from_probe"] is False
+    assert fresh.stats.extraction["from_probe"] is False and len(exports) == 2 * len(probed) + 1
     assert calls[-1] == engine.ilp_seconds                   # the final extraction ran, under the full limit
+    assert (fresh.stats.enodes, fresh.stats.blacklisted) == (p.stats.enodes, p.stats.blacklisted)
     assert fresh.stats.extraction["cost_after"] == p.stats.extraction["cost_after"]
     assert again.SerializeToString(deterministic=True) == out.SerializeToString(deterministic=True)

@@ -127,37 +127,40 @@ def test_probe_stops_saturation_once_the_cost_stops_improving(tmp_path):
     budget = Budget(iterations=10, match_limit=None, patience=2, **UNSCALED)
     calls = []
 
-    def flat(eg):                       # the cost never improves after the baseline (iteration 2)
-        calls.append(1)
+    def flat(eg, iteration):            # the cost never improves after the baseline (iteration 2)
+        calls.append(iteration)
         return 1.0
     eg, _, _ = _egraph()
     res = saturate(eg, _rules(tmp_path), budget, probe=flat)
     assert res.stop_reason == StopReason.NO_GAIN
-    assert [i.probe_cost for i in res.iterations] == [None, 1.0, 1.0, 1.0] and len(calls) == 3
+    assert [i.probe_cost for i in res.iterations] == [None, 1.0, 1.0, 1.0] and calls == [2, 3, 4]
 
-    assert res.kept_iterations == 2 and res.to_json()["kept_iterations"] == 2
+    assert res.kept_iterations == 2 == res.final_iteration and res.to_json()["kept_iterations"] == 2
     assert res.enodes == res.iterations[1].enodes < res.iterations[-1].enodes     # rolled back to the baseline
 
-    def improving(eg):                  # a cost that keeps falling: no early stop
-        calls.append(1)
+    def improving(eg, iteration):       # a cost that keeps falling: no early stop
+        calls.append(iteration)
         return 1.0 / len(calls)
     eg, _, _ = _egraph()
     res = saturate(eg, _rules(tmp_path), budget, probe=improving)
     assert res.stop_reason == StopReason.SATURATED and len(res.iterations) > 4
     assert res.kept_iterations is None and "kept_iterations" not in res.to_json()
+    # the last iteration changed nothing (saturated): the e-graph left is the last probed one
+    assert res.final_iteration == calls[-1] == len(res.iterations) - 1
 
 
 def test_no_gain_rolls_the_egraph_back_to_the_iteration_of_the_best_probe(tmp_path):
     costs = iter([3.0, 2.0, 2.5, 2.5])      # after iterations 2, 3 (the best), 4, 5
     seen = {}
 
-    def probe(eg):
-        seen[len(seen) + 2] = Session(eg).sizes()
+    def probe(eg, iteration):
+        seen[iteration] = Session(eg).sizes()
         return next(costs)
     eg, _, _ = _egraph()
     s = Session(eg)
     res = saturate(s, _rules(tmp_path), Budget(iterations=10, match_limit=None, patience=2, **UNSCALED), probe=probe)
     assert res.stop_reason == StopReason.NO_GAIN and len(res.iterations) == 5 and res.kept_iterations == 3
+    assert sorted(seen) == [2, 3, 4, 5] and res.final_iteration == 3
     assert s.sizes() == seen[3] != seen[5] and res.enodes == res.iterations[2].enodes
     s.pop()                                 # the frames below the kept state are still there: iteration 3's own
     assert s.sizes() == seen[2]
@@ -168,5 +171,5 @@ def test_a_probe_gain_below_the_minimum_counts_as_none(tmp_path):
     costs = iter([1.0, 1.0 - PROBE_MIN_GAIN / 2, 0.5])        # the third is never asked for
     eg, _, _ = _egraph()
     res = saturate(eg, _rules(tmp_path), Budget(iterations=10, match_limit=None, patience=1, **UNSCALED),
-                   probe=lambda eg: next(costs))
+                   probe=lambda eg, iteration: next(costs))
     assert res.stop_reason == StopReason.NO_GAIN and len(res.iterations) == 3 and res.kept_iterations == 2

@@ -125,6 +125,9 @@ class SaturationResult:
     error: Optional[str] = None         # egglog's message when stop_reason is ERROR
     # the e-graph was rolled back to the state after this many iterations (the probe's best), or None
     kept_iterations: Optional[int] = None
+    # the e-graph left is the one after this many iterations (the later ones, if any, changed nothing or were rolled
+    # back): the number a probe of it was called with
+    final_iteration: int = 0
 
     def to_json(self) -> dict:
         out = {
@@ -259,6 +262,7 @@ class Saturator:
         last_secs, growth = 0.0, 1.0
         best, stale = float("inf"), 0           # the probe's best cost so far, iterations since it improved
         best_at = None                          # (iterations done, session depth) when the probe found `best`
+        changed_at = 0                          # iterations done when the e-graph last changed
         reason, error = StopReason.ITERATION_LIMIT, None
         for k in range(b.iterations):
             present = {name for name, n in sizes.items() if n > 0}
@@ -289,9 +293,11 @@ class Saturator:
             else:
                 matches, updated, sizes = kept
                 new_size = _enodes(sizes)
+                if updated:
+                    changed_at = k + 1
             run_secs = time.perf_counter() - tl
             if updated and k > 0 and self.probe is not None and b.patience is not None:
-                stats.probe_cost = self.probe(self.session.egraph)
+                stats.probe_cost = self.probe(self.session.egraph, k + 1)
                 if stats.probe_cost is not None and stats.probe_cost < best * (1 - PROBE_MIN_GAIN):
                     best, stale = stats.probe_cost, 0
                     best_at = (k + 1, self.session.depth)
@@ -328,7 +334,8 @@ class Saturator:
                 self.session.pop()
             size = _enodes(self.session.sizes())
         return SaturationResult(reason, iters, size0, size, banned, time.perf_counter() - t0, node_limit, seconds,
-                                backed_off, error, kept_iterations)
+                                backed_off, error, kept_iterations,
+                                changed_at if kept_iterations is None else kept_iterations)
 
 
 def saturate(eg, ruleset: RuleSet, budget: Budget = Budget(), progress=None, probe=None) -> SaturationResult:
