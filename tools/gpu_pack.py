@@ -181,8 +181,9 @@ def main(argv) -> int:
                               capture_output=True, text=True)
         entry_path = os.path.join(FLAGS.pack, f"{name}.entry.json")
         if proc.returncode != 0 or not os.path.exists(entry_path):
-            errs = [line for line in proc.stderr.splitlines() if "Error" in line or "error" in line]
-            failed[name] = (errs[-1][:200] if errs else f"exit {proc.returncode}")
+            errs = [line for line in proc.stderr.splitlines() if "Error:" in line or "Error]" in line]
+            failed[name] = (f"killed by signal {-proc.returncode} (the kernel's OOM killer, when memory ran out)"
+                            if proc.returncode < 0 else errs[-1][:200] if errs else f"exit {proc.returncode}")
             for f in os.listdir(FLAGS.pack):
                 if f.startswith(f"{name}."):
                     os.remove(os.path.join(FLAGS.pack, f))

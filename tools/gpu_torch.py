@@ -8,8 +8,9 @@ What it measures, on the first CUDA device, in one process:
      which the cost package imports), measured: the fixed cost of one small kernel as the runtime issues them back to back (a chain of
      tiny adds: launch-bound), bandwidth (a large elementwise add), FP32 and TF32 matmul throughput, and the fixed
      cost of a small cuDNN convolution and cuBLAS matmul.
-  2. Per packed model: original / no-rules / optimized converted by onnx2torch, checked against TensorFlow's outputs
-     stored in the pack (strict FP32: TF32 off; models packed without weights are not checked and say so), then
+  2. Per packed model: original / no-rules / optimized converted by onnx2torch, checked in strict FP32 (TF32 off)
+     against TensorFlow's outputs stored in the pack (or, for a model packed without its weights, against ONNX
+     Runtime's on the CPU with the same refilled weights), then
      timed side by side in paired blocks, in rotated order (tensat_tf/speedup.py's compare(): median of per-block
      ratios and its interval), at batch 1 with TF32 allowed (what TF does on this GPU by default):
        - eager: one cuDNN / cuBLAS / elementwise kernel per op, launched from Python (the runtime TASO and TENSAT
@@ -113,10 +114,14 @@ def _module(path: str, seed: int):
             arr = (0.05 * rng.standard_normal(tuple(init.dims))).astype(dtype)
             filled = numpy_helper.from_array(arr, init.name)
             model.graph.initializer[i].CopyFrom(filled)
+    for node in model.graph.node:
+        # onnx2torch 1.5.15 reads a CumSum without a `reverse` attribute as reverse=1; ONNX's default is 0
+        if node.op_type == "CumSum" and not any(a.name == "reverse" for a in node.attribute):
+            node.attribute.append(onnx.helper.make_attribute("reverse", 0))
     inits = {i.name for i in model.graph.initializer}
     inputs = [i.name for i in model.graph.input if i.name not in inits]
     outputs = [o.name for o in model.graph.output]
-    return onnx2torch.convert(model), inputs, outputs
+    return onnx2torch.convert(model), inputs, outputs, model
 
 
 def _rel(ref, got) -> float:
@@ -161,21 +166,28 @@ def prepare(torch, dev: str, pack: str, entry: dict):
     name = entry["model"]
     ref = np.load(os.path.join(pack, f"{name}.ref.npz"))
     row = {"model": name, "stripped": entry["stripped"], "check": {}, "ms": {}, "gain": {}, "errors": {}}
-    mods = {}
+    mods, protos = {}, {}
     for v in VARIANTS:
-        mod, ins, outs = _module(os.path.join(pack, entry["files"][v]), seed=1)
+        mod, ins, outs, protos[v] = _module(os.path.join(pack, entry["files"][v]), seed=1)
         mods[v] = (mod.to(dev).eval(), ins, outs)
     feeds = {k[3:]: torch.from_numpy(ref[k]).to(dev) for k in ref.files if k.startswith("in:")}
     args = {v: [feeds[i] for i in ins] for v, (_, ins, _) in mods.items()}
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
+    # a model that travelled without its weights is checked against ONNX Runtime (CPU) on the same refilled
+    # weights instead: that checks onnx2torch's conversion, not tf2onnx's (the pack checked that one)
+    row["check_against"] = "onnxruntime" if entry["stripped"] else "tensorflow"
     with torch.inference_mode():
         for v, (mod, ins, outs) in mods.items():
             if entry["stripped"]:
-                continue
+                import onnxruntime
+                sess = onnxruntime.InferenceSession(protos[v].SerializeToString(), providers=["CPUExecutionProvider"])
+                want = dict(zip(outs, sess.run(outs, {i: a.cpu().numpy() for i, a in zip(ins, args[v])})))
+            else:
+                want = {o: ref[f"out:{o}"] for o in outs}
             got = mod(*args[v])
             got = got if isinstance(got, (tuple, list)) else [got]
-            row["check"][v] = max(_rel(ref[f"out:{o}"], g.float().cpu().numpy()) for o, g in zip(outs, got))
+            row["check"][v] = max(_rel(want[o], g.float().cpu().numpy()) for o, g in zip(outs, got))
     return row, {v: m for v, (m, _, _) in mods.items()}, args
 
 
@@ -254,9 +266,13 @@ def markdown(result: dict) -> str:
         ms = row["ms"].get("eager")
         cells.append(", ".join(f"{ms[v]:.3f}" for v in VARIANTS) + " (eager)" if ms else "-")
         lines.append("| " + " | ".join(cells) + " |")
-    checks = [f"{r['model']} {max(r['check'].values()):.1e}" for r in result["rows"] if r["check"]]
-    lines += ["", "Largest relative difference from TensorFlow's outputs (FP32, TF32 off), all three graphs: "
-              + (", ".join(checks) or "none checked")]
+    for against, what in (("tensorflow", "TensorFlow's outputs (stored in the pack)"),
+                          ("onnxruntime", "ONNX Runtime's on the same random weights (models packed without theirs)")):
+        checks = [f"{r['model']} {max(r['check'].values()):.1e}" for r in result["rows"]
+                  if r["check"] and r.get("check_against", "tensorflow") == against]
+        if checks:
+            lines += ["", f"Largest relative difference from {what}, FP32 with TF32 off, all three graphs: "
+                      + ", ".join(checks)]
     if result["skipped"]:
         lines += ["", "Not measured: " + "; ".join(f"{k} ({v})" for k, v in result["skipped"].items())]
     lines += ["", f"Wall time {result['wall_s']:.0f} s of a {FLAGS.minutes:g}-minute budget; "
