@@ -47,8 +47,10 @@ flags.DEFINE_float("minutes", 7.0, "Wall-clock budget.")
 flags.DEFINE_integer("blocks", 10, "Paired timing blocks per model and mode.")
 flags.DEFINE_integer("runs", 20, "Timed calls per subject per block (the block's value is their median).")
 flags.DEFINE_list("models", None, "Packed models to time, in this order (default: the pack's order).")
-flags.DEFINE_list("modes", ["eager", "cuda_graph", "compiled"], "Runtimes to time.")
+flags.DEFINE_list("modes", ["eager", "compiled"], "Runtimes to time (eager, cuda_graph, compiled).")
 flags.DEFINE_integer("min_compile_s", 40, "A graph is compiled only with at least this many seconds left.")
+flags.DEFINE_bool("static_shapes", True, "Make the constant shapes of onnx2torch's Reshape and Split Python constants "
+                  "(static_shape_args) before timing.")
 flags.DEFINE_string("torch_device", "cuda", "torch device (cpu only to test this script).")
 FLAGS = flags.FLAGS
 
@@ -100,6 +102,35 @@ def calibrate(torch, dev: str) -> dict:
     return {k: (round(v, 3) if isinstance(v, float) else v) for k, v in res.items()}
 
 
+def static_shape_args(torch, gm) -> int:
+    """onnx2torch's Reshape and Split take their shape / sizes as tensors and read them back (`tolist`, a test of
+    the values) on every call: with the tensors on the GPU, a host synchronization per op, which no graph runtime
+    pays, and which breaks CUDA-graph capture and torch.compile. Where the shape is a constant of the graph, it is
+    made a Python constant of the call. -> calls rewritten."""
+    from onnx2torch.node_converters.reshape import OnnxReshape
+    from onnx2torch.node_converters.split import OnnxSplit13
+    made = 0
+    for node in list(gm.graph.nodes):
+        if node.op != "call_module" or len(node.args) != 2 or getattr(node.args[1], "op", None) != "get_attr":
+            continue
+        mod = gm.get_submodule(node.target)
+        value = [int(v) for v in gm.get_buffer(node.args[1].target).tolist()] \
+            if isinstance(mod, (OnnxReshape, OnnxSplit13)) else None
+        if value is None or (isinstance(mod, OnnxReshape) and 0 in value):
+            continue                    # ONNX's 0 in a Reshape copies the input's dim: left to onnx2torch
+        with gm.graph.inserting_after(node):
+            if isinstance(mod, OnnxReshape):
+                new = gm.graph.call_method("reshape", (node.args[0], tuple(value)))
+            else:
+                new = gm.graph.call_function(torch.split, (node.args[0], value), {"dim": mod.axis})
+        node.replace_all_uses_with(new)
+        gm.graph.erase_node(node)
+        made += 1
+    gm.graph.eliminate_dead_code()
+    gm.recompile()
+    return made
+
+
 def _module(path: str, seed: int):
     """onnx2torch module of one packed ONNX file, stripped initializers refilled with seeded values."""
     import numpy as np
@@ -121,7 +152,14 @@ def _module(path: str, seed: int):
     inits = {i.name for i in model.graph.initializer}
     inputs = [i.name for i in model.graph.input if i.name not in inits]
     outputs = [o.name for o in model.graph.output]
-    return onnx2torch.convert(model), inputs, outputs, model
+    reference = onnx.ModelProto()
+    reference.CopyFrom(model)           # what the conversion is checked against (prepare)
+    gm = onnx2torch.convert(model)
+    made = {}
+    if FLAGS.static_shapes:
+        import torch
+        made["static_shape_args"] = static_shape_args(torch, gm)
+    return gm, inputs, outputs, reference, made
 
 
 def _rel(ref, got) -> float:
@@ -167,15 +205,17 @@ def prepare(torch, dev: str, pack: str, entry: dict):
     ref = np.load(os.path.join(pack, f"{name}.ref.npz"))
     row = {"model": name, "stripped": entry["stripped"], "check": {}, "ms": {}, "gain": {}, "errors": {}}
     mods, protos = {}, {}
+    row["rewrites"] = {}
     for v in VARIANTS:
-        mod, ins, outs, protos[v] = _module(os.path.join(pack, entry["files"][v]), seed=1)
+        mod, ins, outs, protos[v], row["rewrites"][v] = _module(os.path.join(pack, entry["files"][v]), seed=1)
         mods[v] = (mod.to(dev).eval(), ins, outs)
     feeds = {k[3:]: torch.from_numpy(ref[k]).to(dev) for k in ref.files if k.startswith("in:")}
     args = {v: [feeds[i] for i in ins] for v, (_, ins, _) in mods.items()}
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     # a model that travelled without its weights is checked against ONNX Runtime (CPU) on the same refilled
-    # weights instead: that checks onnx2torch's conversion, not tf2onnx's (the pack checked that one)
+    # weights and the graph as packed: that checks onnx2torch's conversion and static_shape_args, not
+    # tf2onnx's conversion (the pack checked that one)
     row["check_against"] = "onnxruntime" if entry["stripped"] else "tensorflow"
     with torch.inference_mode():
         for v, (mod, ins, outs) in mods.items():
