@@ -286,6 +286,9 @@ def test_without_onednn_only_the_generic_fusions():
     grouped = [(1, 8, 8, 88), (1, 1, 44, 44)]
     assert analytic.node_cost("Conv2D", SAME, grouped, (1, 8, 8, 44), device=e) == analytic.UNRUNNABLE_MS
     assert analytic.node_cost("Conv2D", SAME, grouped, (1, 8, 8, 44), device=CPU) < 1e-2
+    # GPUs run grouped convs through cuDNN: priced like any conv there
+    gpu = analytic.DEVICES["gpu-h100"]
+    assert analytic.node_cost("Conv2D", SAME, grouped, (1, 8, 8, 44), device=gpu) < 1e-1
     assert analytic.node_cost("Conv2D", SAME, [(1, 8, 8, 44), (1, 1, 44, 44)], (1, 8, 8, 44), device=e) < 1e-2
 
 

@@ -219,7 +219,7 @@ def node_cost(term: str, payload, in_shapes: Optional[Sequence[Shape]], out_shap
         in_shapes = [out_shape] * ops.BY_TERM[term].n_tensor_inputs
     ins = [concrete(s, batch_size) for s in in_shapes]
     out = concrete(out_shape, batch_size)
-    if term == "Conv2D" and not device.onednn and _grouped(ins):
+    if term == "Conv2D" and not device.grouped_conv and _grouped(ins):
         return UNRUNNABLE_MS
     try:
         flops, nbytes = flops_and_bytes(term, payload, ins, out)
@@ -244,9 +244,11 @@ def node_cost(term: str, payload, in_shapes: Optional[Sequence[Shape]], out_shap
     return max(compute_ms, memory_ms) + device.overhead_ms(term)
 
 
-# What a grouped Conv2D costs where TF runs Eigen's kernels (Device.onednn False): the remapper fuses a BiasAdd after
-# it into a _FusedConv2D that Eigen does not implement for groups ("Fused conv implementation does not support grouped
-# convolutions", seen on NASNet-Mobile after rules S092/S093 on the Zen 3 VM), so such a form must not be extracted.
+# What a grouped Conv2D costs where TF runs Eigen's CPU kernels (Device.grouped_conv False): the remapper fuses a
+# BiasAdd after it into a _FusedConv2D that Eigen does not implement for groups ("Fused conv implementation does not
+# support grouped convolutions", seen on NASNet-Mobile after rules S092/S093 on the Zen 3 VM), so such a form must not
+# be extracted. GPUs run grouped convs through cuDNN: priced unrunnable there, the zoo's ResNeXt-50 (16 grouped convs)
+# cost 16,001 ms under gpu-h100 and hid every other difference (BENCHMARKS.md, the first GPU run).
 UNRUNNABLE_MS = 1e3
 
 

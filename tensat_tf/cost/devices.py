@@ -48,6 +48,9 @@ class Device:
     onednn: bool = False
     # a depthwise conv's time per output element on top of its arithmetic, whatever the filter size (Eigen's kernel)
     depthwise_ns_per_output: float = 0.0
+    # the runtime runs a grouped Conv2D (input channels a multiple of the filter's): oneDNN's CPU kernels and cuDNN
+    # do; Eigen's CPU kernels do not (cost/analytic.py UNRUNNABLE_MS)
+    grouped_conv: bool = True
 
     def overhead_ms(self, term: str) -> float:
         return dict(self.overhead_us_by_term).get(term, self.op_overhead_us) * 1e-3
@@ -144,7 +147,7 @@ CPU_EIGEN = Device(
     flops_per_element_by_term=(("Tanh", 37.0), ("Sigmoid", 70.0), ("Erfc", 154.0), ("DepthwiseConv2dNative", 4.6),
                                ("MaxPool", 12.0), ("AvgPool", 20.0)), depthwise_ns_per_output=0.36,
     strided_copy_efficiency=0.5, broadcast_efficiency=0.4, fused_contractions=("Conv2D",),
-    call_overhead_us=160.0, fused_matmul_us=1.0, onednn=False)
+    call_overhead_us=160.0, fused_matmul_us=1.0, onednn=False, grouped_conv=False)
 
 # GPU devices: peak and bandwidth from the vendor datasheets, dense FP32 without tensor cores (the graphs are
 # float32): NVIDIA T4 datasheet, 8.1 TFLOPS FP32 and 320 GB/s GDDR6; NVIDIA H100 SXM5 datasheet, 67 TFLOPS FP32
