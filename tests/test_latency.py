@@ -2,6 +2,7 @@
 publishing the user's graph for a signature that is not measured faster."""
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -131,6 +132,23 @@ def test_reverse_groups_reverses_each_runtime_and_is_its_own_inverse():
     assert latency.reorders([2, 0]) and not latency.reorders([1, 1, 0])
 
 
+def test_the_first_look_runs_whatever_the_budget():
+    """Blocks.run with no budget reaches its target however long the blocks take; with one it stops early."""
+    calls = []
+
+    def subjects(feeds):
+        def slow():
+            calls.append(1)
+            time.sleep(0.002)
+        return [slow, slow]
+
+    blocks = latency.Blocks({"batch_sizes": [1], "runs": 1, "warmup": 0}, lambda b: None, subjects)
+    r = blocks.run(12, None)
+    assert r["blocks"] == 12 and not r["budget"]
+    r = blocks.run(24, 1e-6)
+    assert r["budget"] and r["blocks"] == 12
+
+
 def test_balance_takes_geometric_means_of_the_blocks_both_orders_have():
     a = {"ms": 1.0, "p10": 1.0, "p90": 4.0, "block_medians": [1.0, 4.0, 2.0], "compile_s": 1.0}
     b = {"ms": 4.0, "p10": 4.0, "p90": 9.0, "block_medians": [4.0, 1.0], "compile_s": 3.0}
@@ -195,6 +213,7 @@ def test_peers_measure_cancels_a_load_order_bias(monkeypatch):
 class _FakeWorker:
     """decide()'s worker protocol on the fake machine of _biased_ms."""
     started: list = []
+    budgets: list = []
 
     def __init__(self, request: dict):
         self.request, self.n, self.replies = request, 0, [{"ready": True, "device": "CPU"}]
@@ -202,6 +221,7 @@ class _FakeWorker:
 
     def send(self, message: dict) -> None:
         if "to" in message:
+            _FakeWorker.budgets.append(message["seconds"])
             self.n = max(self.n, message["to"])
             paths = self.request["paths"]
             self.replies.append({"blocks": self.n, "seconds": 0.01 * self.n, "budget": False, "settings": [
@@ -218,13 +238,15 @@ class _FakeWorker:
 
 def test_decide_cancels_a_load_order_bias(monkeypatch):
     monkeypatch.setattr(latency, "_Worker", _FakeWorker)
-    _FakeWorker.started = []
+    _FakeWorker.started, _FakeWorker.budgets = [], []
     r = latency.decide(["/m/a", "/m/a2"], "s", [1], threads=(1,), seconds=1.0)
     assert [q["paths"] for q in _FakeWorker.started] == [["/m/a", "/m/a2"], ["/m/a2", "/m/a"]]
     (s,) = r["settings"]
     # in one load order the candidate would be 1.25x "faster" on every block
     assert s["decision"]["ratio"] == 1.0 and s["decision"]["verdict"] == "no difference" and r["keep"] is False
     assert s["decision"]["blocks"] == r["looks"][-1] and r["stopped"] == {"1": "looks"}
+    # the first look is run whatever the budget (both load orders), the later ones within it
+    assert _FakeWorker.budgets[:2] == [None, None] and all(b is not None for b in _FakeWorker.budgets[2:])
     _FakeWorker.started = []
     r = latency.decide(["/m/a", "/m/slow"], "s", [1, 4], threads=(1, 0), seconds=1.0)
     assert len(_FakeWorker.started) == 4
