@@ -22,12 +22,12 @@ factor that favours a load position cancels.
 
 Two entry points:
   - `measure(paths, signature, batch_size, ...)`: fixed blocks, latencies only (`tensat_tf profile`, tools/bench.py);
-  - `decide(paths, signature, batch_sizes, threads, ...)`: is subject 1 faster than subject 0 in every setting
-    (batch size x thread setting)? Blocks are added while the paired decision (tensat_tf/speedup.py) is undecided,
-    at fixed looks (n0, 2 n0, 4 n0 blocks) and within a time budget; a pair of workers (both load orders) per
-    thread setting, each look run by one then the other, the next setting skipped once a setting is "slower". All
-    intervals of one decision share one error budget (Bonferroni over settings x looks), so a candidate that is not faster is kept on a false "faster" with probability below
-    1 - level, whatever the number of settings.
+  - `decide(paths, signature, batch_sizes, threads, ...)`: is subject 1 faster than subject 0 in every setting (batch
+    size x thread setting)? Blocks are added while the paired decision (tensat_tf/speedup.py) is undecided, at fixed
+    looks (n0, 2 n0, 4 n0 blocks) and within a time budget (the first look whatever it takes); a pair of workers (both
+    load orders) per thread setting, each look run by one then the other, the next setting skipped once a setting is
+    "slower". All intervals of one decision share one error budget (Bonferroni over settings x looks), so a candidate
+    that is not faster is kept on a false "faster" with probability below 1 - level, whatever the number of settings.
 """
 from __future__ import annotations
 
@@ -436,7 +436,8 @@ def decide(paths: Sequence[str], signature: str, batch_sizes: Sequence[int], thr
     ONNX models in `onnx` (exactly two in all: original, candidate). `spec_path`: a SavedModel whose signature gives
     the inputs when `paths` is empty. `seconds`: measuring time for all settings together (worker start-up, model
     loading and warm-up not included), shared evenly by the thread settings still to run and by the two load orders
-    of each (module docstring); the first look of each setting runs whatever it takes, within timeout_s. Every unknown dim but the batch is unknown_dim long.
+    of each (module docstring); the first look of each setting runs whatever it takes, within timeout_s. Every
+    unknown dim but the batch is unknown_dim long.
 
     -> {"device", "keep": bool (speedup.keep over every setting), "settings": [{"batch_size", "threads",
         "decision": Decision json, "original": Latency json, "candidate": Latency json, "runs"}] (settings that
@@ -487,9 +488,9 @@ def decide(paths: Sequence[str], signature: str, batch_sizes: Sequence[int], thr
 def _looks(pair: list, sizes: Sequence[int], plan: list, budget: float, margin: float, level: float,
            deadline: float) -> dict:
     """One thread setting of decide(): at each look, the first worker runs blocks up to the look (after the first
-    look, within `budget` measuring seconds in all), the second (if any: the reversed load order of runtimes of `sizes` subjects) as many;
-    the decision is taken on their balanced blocks. -> the setting's {"seconds", "stopped", "blocks", "settings":
-    [{"batch_size", "runs", "latency", "decisions"}]}."""
+    look, within `budget` measuring seconds in all), the second (if any: the reversed load order of runtimes of
+    `sizes` subjects) as many; the decision is taken on their balanced blocks. -> the setting's {"seconds",
+    "stopped", "blocks", "settings": [{"batch_size", "runs", "latency", "decisions"}]}."""
     stopped = "looks"
     for target in plan:
         replies = []
@@ -497,7 +498,8 @@ def _looks(pair: list, sizes: Sequence[int], plan: list, budget: float, margin: 
             # the first look runs whatever the budget (seconds None): with fewer blocks no interval exists and the
             # original would be kept whatever the candidate's speed (ConvNeXt-Tiny's 4x at 5 blocks in its share of
             # the default 8 s, BENCHMARKS.md); the budget governs the looks after it, the deadline all of them
-            w.send({"to": replies[0]["blocks"] if replies else target, "seconds": None if target == plan[0] else budget})
+            w.send({"to": replies[0]["blocks"] if replies else target,
+                    "seconds": None if target == plan[0] else budget})
             replies.append(w.receive(deadline))
         settings = []
         for k, s in enumerate(replies[0]["settings"]):

@@ -14,8 +14,9 @@ for each zoo model, here on the CPU,
   3. each ONNX file checked under ONNX Runtime against TensorFlow on seeded inputs (tensat_tf/verify.py's), and
      those inputs and TensorFlow's outputs stored (<model>.ref.npz) so the GPU host checks its runtime too;
   4. float initializers of more than --keep_elements elements stripped when the model's files would exceed
-     --model_mb or what is left of the pack's budget (--max_mb): their shape and dtype stay, and tools/gpu_torch.py refills them with seeded random values
-     (timing does not depend on the values; the numerical check is then skipped for that model and says so).
+     --model_mb or what is left of the pack's budget (--max_mb): their shape and dtype stay, and tools/gpu_torch.py
+     refills them with seeded random values (timing does not depend on the values; that model is then checked
+     there against ONNX Runtime on the same values instead of against TF's stored outputs).
 Writes <pack>/manifest.json and the files it names. Nothing here needs a GPU.
 """
 from __future__ import annotations

@@ -5,9 +5,9 @@
 What it measures, on the first CUDA device, in one process:
   1. The constants of the analytic cost model's GPU profile that the pack was converted for (tensat_tf/cost/
      devices.py, from datasheets; tools/gpu_pack.py copies them into the manifest: this host has no TensorFlow,
-     which the cost package imports), measured: the fixed cost of one small kernel as the runtime issues them back to back (a chain of
-     tiny adds: launch-bound), bandwidth (a large elementwise add), FP32 and TF32 matmul throughput, and the fixed
-     cost of a small cuDNN convolution and cuBLAS matmul.
+     which the cost package imports), measured: the fixed cost of one small kernel as the runtime issues them back
+     to back (a chain of tiny adds: launch-bound), bandwidth (a large elementwise add), FP32 and TF32 matmul
+     throughput, and the fixed cost of a small cuDNN convolution and cuBLAS matmul.
   2. Per packed model: original / no-rules / optimized converted by onnx2torch, checked in strict FP32 (TF32 off)
      against TensorFlow's outputs stored in the pack (or, for a model packed without its weights, against ONNX
      Runtime's on the CPU with the same refilled weights), then
