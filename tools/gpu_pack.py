@@ -30,6 +30,9 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 from absl import app, flags  # noqa: E402
 
+# the engine's flags (--device, --unknown_dim, budgets) are the convert command's: one definition in one process
+from tensat_tf.cli import engine_flags  # noqa: E402
+
 # TENSAT's benchmarks first (its paper's GPU numbers are for these), then real Keras exports of each kind
 DEFAULT_MODELS = ["nasrnn_taso", "squeezenet", "nasnet_a", "resnext50", "inception_v3", "vgg19", "bert_taso",
                   "real_mobilenet", "real_resnet50v2", "real_efficientnet_b0", "real_vit", "real_encoder",
@@ -39,8 +42,6 @@ STRIPPED = "tensat_gpu_stripped"     # doc_string marker of a stripped initializ
 
 flags.DEFINE_string("pack", None, "Folder to write (created; must be new or empty).")
 flags.DEFINE_list("gpu_models", DEFAULT_MODELS, "Zoo models to pack.")
-flags.DEFINE_string("device", "gpu-h100", "Cost profile the conversion prices for (cost/devices.py).")
-flags.DEFINE_integer("unknown_dim", 8, "Length of every unknown dim but the batch (a sequence length).")
 flags.DEFINE_float("max_mb", 56.0, "Pack budget: a model whose files would exceed what is left of it travels without "
                    "its weights.")
 flags.DEFINE_float("model_mb", 4.0, "A model whose three ONNX files exceed this travels without its weights.")
@@ -48,6 +49,17 @@ flags.DEFINE_integer("keep_elements", 4096, "A stripped model keeps float initia
 flags.DEFINE_float("onnx_rtol", 1e-3, "Tolerance of the ONNX Runtime check of each converted graph.")
 flags.DEFINE_string("one", None, "Internal: pack only this model (the parent runs one process per model).")
 FLAGS = flags.FLAGS
+GPU_PROFILE = "gpu-h100"             # what --device means here unless given: the conversion is priced for the GPU
+
+
+def device() -> str:
+    return FLAGS.device if FLAGS["device"].present else GPU_PROFILE
+
+
+def engine(**kw):
+    """The engine flags' options, priced for device() (the same options the convert command would take)."""
+    import dataclasses
+    return dataclasses.replace(engine_flags.engine_options(), device=device(), **kw)
 
 
 def strip(model, keep_elements: int) -> int:
@@ -110,19 +122,17 @@ def pack_model(name: str, pack: str, tmp: str, budget_left: float) -> dict:
     import numpy as np
     from tensat_tf import zoo
     from tensat_tf.convert import convert
-    from tensat_tf.options import EngineOptions, Options
+    from tensat_tf.options import Options
     src = zoo.resolve(f"zoo:{name}")
     out, plain = os.path.join(tmp, name), os.path.join(tmp, name + "-norules")
-    engine = EngineOptions(device=FLAGS.device, unknown_dim=FLAGS.unknown_dim)
     t = time.perf_counter()
-    rep = convert(src, out, Options(engine=engine))
+    rep = convert(src, out, Options(engine=engine()))
     convert_s = time.perf_counter() - t
-    convert(src, plain, Options(engine=EngineOptions(enable_rules=[], device=FLAGS.device,
-                                                     unknown_dim=FLAGS.unknown_dim)))
+    convert(src, plain, Options(engine=engine(enable_rules=())))
     sigs = rep["signatures"]
     sig_name = "serving_default" if "serving_default" in sigs else sorted(sigs)[0]
     s = sigs[sig_name]
-    entry = {"model": name, "signature": sig_name, "device_profile": FLAGS.device, "convert_s": round(convert_s, 2),
+    entry = {"model": name, "signature": sig_name, "device_profile": device(), "convert_s": round(convert_s, 2),
              "nodes_before": s.get("nodes_before"), "nodes_after": s.get("nodes_after"),
              "rules_applied": s.get("rules_applied"),
              "cost": {k: (s.get("extraction") or {}).get(k) for k in ("cost_before", "cost_after", "status")},
@@ -197,11 +207,11 @@ def main(argv) -> int:
         print(f"{name}: {time.perf_counter() - t:.0f} s, stripped={entry['stripped']}, "
               f"rules={entry['rules_applied']}, onnx check {entry['onnx_check_max_rel']}", flush=True)
     from tensat_tf.cost import devices
-    prof = devices.DEVICES[FLAGS.device]
+    prof = devices.DEVICES[device()]
     profile = {"name": prof.name, "op_overhead_us": prof.op_overhead_us, "bandwidth_gbs": prof.bandwidth_gbs,
                "peak_gflops": prof.peak_gflops, "Conv2D_us": prof.overhead_ms("Conv2D") * 1e3,
                "MatMul_us": prof.overhead_ms("MatMul") * 1e3}
-    manifest = {"device_profile": FLAGS.device, "profile": profile, "unknown_dim": FLAGS.unknown_dim, "batch": 1,
+    manifest = {"device_profile": device(), "profile": profile, "unknown_dim": FLAGS.unknown_dim, "batch": 1,
                 "command": "python tools/gpu_pack.py " + " ".join(sys.argv[1:]), "models": entries,
                 "failed": failed}
     with open(os.path.join(FLAGS.pack, "manifest.json"), "w") as f:
