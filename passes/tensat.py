@@ -198,6 +198,12 @@ class TensatPass:
         sat = saturate(eg, self.ruleset, o.budget, progress=self.progress,
                        probe=self._probe(ing, model) if o.probe_seconds > 0 else None)
         stats.saturation = sat.to_json()
+        for it in stats.saturation["per_iteration"]:
+            # a probe the clock cut short may report a worse cost than the e-graph holds, and so end saturation on
+            # the machine's speed (tools/golden.py timing_dependence)
+            prep = self._probes.get(it["index"])
+            if prep is not None:
+                it["probe_status"] = prep.probed.status if prep.probed is not None else "no acyclic extraction"
         stats.iterations, stats.stop_reason = len(sat.iterations), sat.stop_reason.value
         lap("saturate")
         prep = self._probes.get(sat.final_iteration)

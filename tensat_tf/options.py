@@ -62,7 +62,10 @@ class EngineOptions:
     method: str = "ilp"                                # ilp | greedy
     ilp_seconds: float = 10.0
     # saturation stops when an extraction of the e-graph after each iteration, limited to this many seconds, has not
-    # improved for budget.patience iterations (see egraph/saturate.py); 0: no probe
+    # improved for budget.patience iterations (see egraph/saturate.py); 0: no probe. A probe stopped by its clock
+    # can report a worse cost than the e-graph holds and end saturation early (the report's probe_status): at 2 s
+    # four real exports extract 0.5-1.5 % cheaper predicted costs than at 1 s, measured no faster, for up to 2.2 s
+    # more per signature (BENCHMARKS.md)
     probe_seconds: float = 1.0
     solver: str = "auto"
     cost_model: str = "analytic"                       # analytic | measured

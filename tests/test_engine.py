@@ -303,6 +303,8 @@ def test_final_extraction_reuses_the_probe_of_the_egraph_saturation_kept(zoo_cac
     probed = [i["index"] for i in p.stats.saturation["per_iteration"] if i["probe_cost"] is not None]
     assert p.stats.saturation["kept_iterations"] in p._probes
     assert len(exports) == len(probed) == len(p._probes)            # no export after saturation
+    assert [i["probe_status"] for i in p.stats.saturation["per_iteration"] if "probe_status" in i] == \
+        ["optimal"] * len(probed)
 
     def forgetful(self, ing, model):        # the same probe, keeping nothing: the pass prepares and extracts again
         probe = real_probe(self, ing, model)

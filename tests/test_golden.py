@@ -31,3 +31,15 @@ def test_output_bytes_as_recorded(name, zoo_cache):
         pytest.skip(f"this run depended on the machine's speed ({why}): not comparable")
     changed = sorted(k for k in set(files) | set(REF["models"][name]) if files.get(k) != REF["models"][name].get(k))
     assert changed == [], f"{name}: these files differ from the recorded bytes"
+
+
+def test_a_stop_for_no_gain_after_a_probe_the_clock_cut_short_depends_on_the_machine():
+    def report(stop, statuses):
+        its = [{"index": k + 1, "probe_cost": 1.0, **({"probe_status": st} if st else {})}
+               for k, st in enumerate(statuses)]
+        return {"signatures": {"s": {"egraph": {"stop_reason": stop, "saturation": {"per_iteration": its}},
+                                     "extraction": {"status": "optimal"}}}}
+    assert golden.timing_dependence(report("no_gain", [None, "optimal", "optimal"])) is None
+    assert "time_limit" in golden.timing_dependence(report("no_gain", [None, "optimal", "time_limit"]))
+    # saturated: the probes decided nothing (the final e-graph is the last one)
+    assert golden.timing_dependence(report("saturated", [None, "time_limit"])) is None

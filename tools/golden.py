@@ -66,6 +66,10 @@ def timing_dependence(report: dict) -> str | None:
         eg, ex = sig.get("egraph") or {}, sig.get("extraction") or {}
         if eg.get("stop_reason") in TIMED_STOPS:
             return f"{name}: saturation stopped on {eg['stop_reason']}"
+        cut = sorted({i["probe_status"] for i in (eg.get("saturation") or {}).get("per_iteration", [])
+                      if i.get("probe_status") not in (None, "optimal")})
+        if eg.get("stop_reason") == "no_gain" and cut:
+            return f"{name}: saturation stopped for no gain after a probe ended {', '.join(cut)}"
         if ex and ex.get("status", "optimal") != "optimal":
             return f"{name}: extraction ended {ex.get('status')}"
     return None

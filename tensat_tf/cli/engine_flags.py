@@ -21,9 +21,9 @@ flags.DEFINE_integer("match_limit", 1_000, "Saturation backoff: a rule matching 
                                            "times in an iteration is not applied and is banned for ban_length << "
                                            "times_banned iterations (egg's BackoffScheduler). 0: no backoff.")
 flags.DEFINE_integer("ban_length", 5, "Saturation backoff: base ban length in iterations.")
-flags.DEFINE_float("probe_seconds", 1.0, "Saturation: after each iteration, extract (at most this many seconds) and "
-                                         "stop once the best cost has not improved for --patience iterations. "
-                                         "0: no probe.")
+flags.DEFINE_float("probe_seconds", EngineOptions().probe_seconds, "Saturation: after each iteration, extract (at "
+                  "most this many seconds) and stop once the best cost has not improved for --patience iterations. "
+                  "0: no probe.")
 flags.DEFINE_integer("patience", Budget().patience, "Saturation: iterations without a better probe cost before "
                                                    "stopping (the e-graph is then rolled back to the best one).")
 flags.DEFINE_enum("method", "ilp", ["ilp", "greedy"], "Extraction method.")
