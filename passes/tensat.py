@@ -200,7 +200,7 @@ class TensatPass:
         stats.saturation = sat.to_json()
         for it in stats.saturation["per_iteration"]:
             # a probe the clock cut short may report a worse cost than the e-graph holds, and so end saturation on
-            # the machine's speed (tools/golden.py timing_dependence)
+            # the machine's speed (tensat_tf/report.py probes_cut_short)
             prep = self._probes.get(it["index"])
             if prep is not None:
                 it["probe_status"] = prep.probed.status if prep.probed is not None else "no acyclic extraction"

@@ -1,4 +1,5 @@
-"""The JSON report of a conversion on disk: where it goes by default and how it is written.
+"""The JSON report of a conversion on disk: where it goes by default and how it is written, and what readers of it
+(the printed table, tools/golden.py) derive from it.
 
 `OUT.report.json` sits beside the SavedModel folder OUT, never inside it (the SavedModel holds only what TF reads).
 `tensat_tf batch` counts a model as finished once its report exists (tensat_tf/batch.py), so the report is written
@@ -19,3 +20,14 @@ def write(report: dict, path: str) -> None:
     with open(tmp, "w") as f:
         json.dump(report, f, indent=1, sort_keys=True, default=str)
     os.replace(tmp, path)
+
+
+def probes_cut_short(egraph: dict) -> list[tuple[int, str]]:
+    """(iteration, probe_status) of the probes that did not prove their extraction, when saturation stopped for no
+    gain on them (passes/tensat.py): a probe the clock cut short may report a worse cost than the e-graph holds, so
+    where saturation stopped depended on the machine's speed. Empty otherwise (a saturated stop decided nothing on
+    the probes)."""
+    if egraph.get("stop_reason") != "no_gain":
+        return []
+    return [(i["index"], i["probe_status"]) for i in (egraph.get("saturation") or {}).get("per_iteration", [])
+            if i.get("probe_status") not in (None, "optimal")]

@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tempfile
 
+from tensat_tf import report as report_file
 from tensat_tf import zoo
 from tensat_tf.convert import convert
 from tensat_tf.options import Options
@@ -66,9 +67,8 @@ def timing_dependence(report: dict) -> str | None:
         eg, ex = sig.get("egraph") or {}, sig.get("extraction") or {}
         if eg.get("stop_reason") in TIMED_STOPS:
             return f"{name}: saturation stopped on {eg['stop_reason']}"
-        cut = sorted({i["probe_status"] for i in (eg.get("saturation") or {}).get("per_iteration", [])
-                      if i.get("probe_status") not in (None, "optimal")})
-        if eg.get("stop_reason") == "no_gain" and cut:
+        cut = sorted({status for _, status in report_file.probes_cut_short(eg)})
+        if cut:
             return f"{name}: saturation stopped for no gain after a probe ended {', '.join(cut)}"
         if ex and ex.get("status", "optimal") != "optimal":
             return f"{name}: extraction ended {ex.get('status')}"

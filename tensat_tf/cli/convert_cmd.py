@@ -74,10 +74,9 @@ def _table(report: dict) -> str:
                          f"iterations ({eg['stop_reason']}); extraction {ex.get('method')} {ex.get('status')}, "
                          f"predicted cost {ex.get('cost_before')} -> {ex.get('cost_after')} ms"
                          + (f" (kept input: {ex['kept_input']})" if ex.get("kept_input") else ""))
-            cut = [i["index"] for i in (eg.get("saturation") or {}).get("per_iteration", [])
-                   if i.get("probe_status") not in (None, "optimal")]
-            if cut and eg["stop_reason"] == "no_gain":
-                after = f"iteration{'s' * (len(cut) > 1)} {', '.join(map(str, cut))}"
+            cut = report_file.probes_cut_short(eg)
+            if cut:
+                after = f"iteration{'s' * (len(cut) > 1)} {', '.join(str(k) for k, _ in cut)}"
                 lines.append(f"  saturation stopped on probes the clock cut short (after {after}): a larger "
                              f"--probe_seconds may find a cheaper graph")
         prof = s.get("profile") or {}
