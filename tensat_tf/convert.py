@@ -44,7 +44,9 @@ class _Run:
 def _write_and_verify(run: _Run, staged: str) -> None:
     """Write the SavedModel into `staged`, load it back and verify it against the original signatures."""
     model, options, report = run.model, run.options, run.report
-    save_mod.write_saved_model(staged, model.signatures, run.graphs, run.path, options.min_variable_elements)
+    variables = save_mod.write_saved_model(staged, model.signatures, run.graphs, run.path,
+                                           options.min_variable_elements)
+    report["weights"] = {"variables": variables, "min_variable_elements": options.min_variable_elements}
     run.watch.lap("save")
     reloaded = tf.saved_model.load(staged)
     pairs = [(name, sig.inputs, sig.outputs, sig.function, reloaded.signatures[name],

@@ -21,3 +21,17 @@ def test_the_table_says_when_saturation_stopped_on_a_probe_the_clock_cut_short()
     assert "--probe_seconds" not in convert_cmd._table(_report("no_gain", [None, "optimal", "optimal"]))
     # saturated: the probes decided nothing
     assert "--probe_seconds" not in convert_cmd._table(_report("saturated", [None, "time_limit"]))
+
+
+def test_the_table_says_how_to_serve_variable_weights_on_onednn():
+    report = _report("saturated", [None])
+    report["signatures"]["serving_default"]["extraction"]["device"] = "cpu"
+    report["weights"] = {"variables": 12, "min_variable_elements": 1024}
+    text = convert_cmd._table(report)
+    assert "serving: 12 weights are variables" in text and "TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1" in text
+    # no variables, or priced for a runtime without oneDNN's kernels: nothing to say
+    report["weights"]["variables"] = 0
+    assert "TF_ONEDNN_ASSUME_FROZEN_WEIGHTS" not in convert_cmd._table(report)
+    report["weights"]["variables"] = 12
+    report["signatures"]["serving_default"]["extraction"]["device"] = "cpu-eigen"
+    assert "TF_ONEDNN_ASSUME_FROZEN_WEIGHTS" not in convert_cmd._table(report)

@@ -72,7 +72,7 @@ def test_zoo_model_converts(name, zoo_cache, tmp_path):
 def test_weights_shared_across_signatures(zoo_cache, tmp_path):
     """The Keras export has two signatures over the same weights: the output stores each weight once."""
     out = str(tmp_path / "out")
-    convert("zoo:keras_cnn", out, Options())
+    report = convert("zoo:keras_cnn", out, Options())
     reader = tf.train.load_checkpoint(os.path.join(out, "variables", "variables"))
     stored = [k for k in reader.get_variable_to_shape_map() if k.startswith("weights/")]
     model = load.load(zoo.resolve("zoo:keras_cnn"))
@@ -81,6 +81,8 @@ def test_weights_shared_across_signatures(zoo_cache, tmp_path):
         per_sig[sig.name] = sum(1 for n in sig.graph_def.node if n.op == "Const"
                                 and tf.make_ndarray(n.attr["value"].tensor).size >= 1024)
     assert stored and len(stored) <= max(per_sig.values())
+    # the report counts them (convert's serving hint reads it)
+    assert report["weights"] == {"variables": len(stored), "min_variable_elements": 1024}
 
 
 @pytest.mark.slow

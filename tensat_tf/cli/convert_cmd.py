@@ -118,8 +118,28 @@ def _table(report: dict) -> str:
         if prof:
             lines.append(f"  written: the {'optimized graph' if prof['published'] == 'optimized' else 'original'}'s "
                          f"conversion ({prof.get('reason', '')})")
+    hint = _frozen_weights_hint(report)
+    if hint:
+        lines.append(hint)
     lines.append("seconds per stage: " + ", ".join(f"{k} {v:.3f}" for k, v in report["timing_s"].items()))
     return "\n".join(lines)
+
+
+# oneDNN's switch for caching each kernel's reordered weights across calls (tensorflow's mkl_util.h AreWeightsFrozen)
+FROZEN_WEIGHTS_VAR = "TF_ONEDNN_ASSUME_FROZEN_WEIGHTS"
+
+
+def _frozen_weights_hint(report: dict) -> str:
+    """Where the graphs were priced for TF's oneDNN runtime and the output keeps weights as variables, say what
+    serving with FROZEN_WEIGHTS_VAR=1 buys (README, "Serving on a CPU with oneDNN"): every convolution otherwise
+    reorders its variable filter on every call. Safe for this output: its signatures never write a variable."""
+    variables = (report.get("weights") or {}).get("variables", 0)
+    onednn = any((s.get("extraction") or {}).get("device") == "cpu" for s in report["signatures"].values())
+    if not variables or not onednn:
+        return ""
+    return (f"serving: {variables} weights are variables; where TF runs oneDNN's kernels, {FROZEN_WEIGHTS_VAR}=1 in "
+            f"the server's environment lets each kernel keep its reordered weights instead of reordering them every "
+            f"call (safe here: nothing writes them; README, 'Serving on a CPU with oneDNN')")
 
 
 def options_from_flags(serving_mode: bool = False) -> Options:

@@ -291,7 +291,8 @@ def _canonicalize(export_dir: str) -> None:
 
 
 def write_saved_model(export_dir: str, sigs: dict[str, Signature], graphs: dict[str, object], source_dir: str,
-                      min_variable_elements: int = MIN_VARIABLE_ELEMENTS) -> None:
+                      min_variable_elements: int = MIN_VARIABLE_ELEMENTS) -> int:
+    """Write the SavedModel; returns how many weights it holds as variables."""
     module = _Exported()
     module.weights = []
     by_key: dict = {}
@@ -309,6 +310,7 @@ def write_saved_model(export_dir: str, sigs: dict[str, Signature], graphs: dict[
         if os.path.isdir(src):
             # links (all inside the SavedModel, see scan.check_assets) are copied as the content they point to
             shutil.copytree(src, os.path.join(export_dir, extra), symlinks=False, dirs_exist_ok=True)
+    return len(module.weights)
 
 
 def check_output_dir(output_dir: str, overwrite: bool) -> None:
