@@ -270,3 +270,34 @@ def test_an_elementwise_op_with_an_unnamed_operand_is_priced_on_its_output():
     named = analytic.node_cost("Mul", (), [out, out], out)
     assert unnamed == pytest.approx(named) and unnamed > 10 * analytic.CPU.overhead_ms("Mul")
     assert analytic.node_cost("MatMul", (0, 0), None, (16, 96)) == analytic.CPU.overhead_ms("MatMul")
+
+
+def test_a_variable_weight_is_reordered_on_every_call_where_onednn_keeps_only_consts():
+    """A contraction's constant operand that the output saves as a variable (MIN_VARIABLE_ELEMENTS or more) costs
+    its reorder on the cpu profile, per element, a depthwise conv a fixed amount more; nothing on cpu-frozen
+    (TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1), for a Const-sized weight, or for an operand computed at run time."""
+    from tensat_tf.cost.devices import CPU_FROZEN
+    g = exported([
+        ("Input", [], ("x",), (1, 4, 4, 512)),                    # 0
+        ("Weight", [], (0,), (3, 3, 512, 512)),                   # 1 a variable when saved
+        ("Conv2D", [0, 1], SAME, (1, 4, 4, 512)),                 # 2
+        ("Weight", [], (1,), (1, 1, 16, 16)),                     # 3 saved as a Const
+        ("Input", [], ("y",), (1, 4, 4, 16)),                     # 4
+        ("Conv2D", [4, 3], SAME, (1, 4, 4, 16)),                  # 5
+        ("Weight", [], (2,), (3, 3, 512, 1)),                     # 6
+        ("DepthwiseConv2dNative", [0, 6], SAME, (1, 4, 4, 512)),  # 7
+        ("Input", [], ("z",), (64, 512)),                         # 8
+        ("MatMul", [8, 8], (0, 1), (64, 64)),                     # 9 both operands computed at run time
+        ("Weight", [], (3,), (512, 1024)),                        # 10
+        ("MatMul", [8, 10], (0, 0), (64, 1024)),                  # 11
+    ])
+    new, old = analytic.costs(g, device=CPU), analytic.costs(g, device=CPU_FROZEN)
+    per = CPU.variable_weight_ns_per_element * 1e-6
+    assert new[2] - old[2] == pytest.approx(3 * 3 * 512 * 512 * per) and new[2] - old[2] > 0.2   # ResNet50V2's size
+    assert new[5] == old[5] and new[9] == old[9]
+    assert new[7] - old[7] == pytest.approx(3 * 3 * 512 * per + CPU.variable_depthwise_us * 1e-3)
+    assert new[11] - old[11] == pytest.approx(512 * 1024 * per)
+    # one rate for every contraction: a conv and the matmul that F29 makes of it pay the same; so does a merge
+    assert CPU.variable_weight_ms("Conv2D", 4096, 1024) == CPU.variable_weight_ms("BatchMatMulV2", 4096, 1024)
+    assert 2 * CPU.variable_weight_ms("Conv2D", 4096, 1024) == pytest.approx(CPU.variable_weight_ms("Conv2D", 8192, 1024))
+    assert analytic.CPU_EIGEN.variable_weight_ms("Conv2D", 10 ** 6, 1024) == 0.0

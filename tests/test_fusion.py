@@ -299,10 +299,16 @@ def test_the_default_profile_follows_the_runtime():
     import os
     import subprocess
     import sys
+    from tensat_tf.cost.devices import FROZEN_WEIGHTS_VAR
     code = "from tensat_tf.cost import get_model; print(get_model(device=None).device.name)"
-    for flag, name in (("0", "cpu-eigen"), ("1", "cpu")):
+    base = {k: v for k, v in os.environ.items() if k != FROZEN_WEIGHTS_VAR}
+    # with oneDNN's weight cache on (README, "Serving on a CPU with oneDNN"), cpu-frozen; without oneDNN it means
+    # nothing
+    for flag, frozen, name in (("0", None, "cpu-eigen"), ("1", None, "cpu"), ("1", "1", "cpu-frozen"),
+                               ("1", "0", "cpu"), ("0", "1", "cpu-eigen")):
+        env = base | {"TF_ENABLE_ONEDNN_OPTS": flag} | ({FROZEN_WEIGHTS_VAR: frozen} if frozen else {})
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                             env=os.environ | {"TF_ENABLE_ONEDNN_OPTS": flag}).stdout.split()[-1]
+                             env=env).stdout.split()[-1]
         assert out == name
     from tensat_tf.cost import get_model
     assert get_model(device="cpu-eigen").device is analytic.CPU_EIGEN

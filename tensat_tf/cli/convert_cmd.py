@@ -10,6 +10,7 @@ from absl import flags
 from tensat_tf import errors
 from tensat_tf import report as report_file
 from tensat_tf.cli import deploy_flags, engine_flags
+from tensat_tf.cost.devices import FROZEN_WEIGHTS_VAR
 from tensat_tf.options import MIN_VARIABLE_ELEMENTS, Options
 
 FLAGS = flags.FLAGS
@@ -123,10 +124,6 @@ def _table(report: dict) -> str:
         lines.append(hint)
     lines.append("seconds per stage: " + ", ".join(f"{k} {v:.3f}" for k, v in report["timing_s"].items()))
     return "\n".join(lines)
-
-
-# oneDNN's switch for caching each kernel's reordered weights across calls (tensorflow's mkl_util.h AreWeightsFrozen)
-FROZEN_WEIGHTS_VAR = "TF_ONEDNN_ASSUME_FROZEN_WEIGHTS"
 
 
 def _frozen_weights_hint(report: dict) -> str:

@@ -35,7 +35,7 @@ from tensat_tf.cost.devices import (AUTO, CPU, CPU_EIGEN, DEVICES, GPU, GPU_H100
 from tensat_tf.cost.fusion import HAZARD_MS, remapper_hazards
 from tensat_tf.egraph.data import EGraphData, Fused
 from tensat_tf.egraph.export import Exported
-from tensat_tf.options import UNKNOWN_DIM
+from tensat_tf.options import MIN_VARIABLE_ELEMENTS, UNKNOWN_DIM
 
 Shape = tuple[int, ...]
 
@@ -244,6 +244,19 @@ def node_cost(term: str, payload, in_shapes: Optional[Sequence[Shape]], out_shap
     return max(compute_ms, memory_ms) + device.overhead_ms(term)
 
 
+# contractions whose constant operands oneDNN reorders into its own layout (Device.variable_weight_ns_per_element)
+WEIGHTED = frozenset({"Conv2D", "DepthwiseConv2dNative", "MatMul", "BatchMatMulV2", "Einsum"})
+
+
+def variable_weights_ms(node, in_shapes: Optional[Sequence[Shape]], const: set[int], device: Device) -> float:
+    """What a contraction pays per call to reorder its constant operands that the output saves as variables; the
+    price assumes the default --min_variable_elements."""
+    if node.op not in WEIGHTED or in_shapes is None:
+        return 0.0
+    return sum(device.variable_weight_ms(node.op, numel(s), MIN_VARIABLE_ELEMENTS)
+               for c, s in zip(node.children, in_shapes) if c in const)
+
+
 # What a grouped Conv2D costs where TF runs Eigen's CPU kernels (Device.grouped_conv False): the remapper fuses a
 # BiasAdd after it into a _FusedConv2D that Eigen does not implement for groups ("Fused conv implementation does not
 # support grouped convolutions", seen on NASNet-Mobile after rules S092/S093 on the Zen 3 VM), so such a form must not
@@ -354,7 +367,7 @@ def _node_costs(exp: Exported, batch_size: int, device: Device, unknown_dim: int
             continue
         in_shapes, out_shape = node_shapes(exp, i, batch_size, unknown_dim, resolved)
         out.append(_node_cost_of(n.op, n.payload, None if in_shapes is None else tuple(in_shapes), out_shape,
-                                 batch_size, device))
+                                 batch_size, device) + variable_weights_ms(n, in_shapes, const, device))
     return out
 
 

@@ -3,6 +3,7 @@ of TF's fused kernels it runs (cost/fusion.py). 'auto' picks the CPU profile of 
 from __future__ import annotations
 
 import dataclasses
+import os
 
 from tensat_tf.cost.fusion import FUSED_ACTIVATIONS
 
@@ -51,6 +52,11 @@ class Device:
     # the runtime runs a grouped Conv2D (input channels a multiple of the filter's): oneDNN's CPU kernels and cuDNN
     # do; Eigen's CPU kernels do not (cost/analytic.py UNRUNNABLE_MS)
     grouped_conv: bool = True
+    # What a contraction (cost/analytic.py WEIGHTED) pays on every call to reorder a constant operand that the
+    # output keeps as a variable (options.py MIN_VARIABLE_ELEMENTS and more elements), where oneDNN's kernels cache
+    # only a Const's reordered copy (see CPU below): ns per element, and a depthwise conv's fixed cost on top.
+    variable_weight_ns_per_element: float = 0.0
+    variable_depthwise_us: float = 0.0
 
     def overhead_ms(self, term: str) -> float:
         return dict(self.overhead_us_by_term).get(term, self.op_overhead_us) * 1e-3
@@ -60,6 +66,14 @@ class Device:
 
     def fused_flops_per_element(self, term: str) -> float:
         return dict(self.fused_flops_per_element_by_term).get(term, self.flops_per_element(term))
+
+    def variable_weight_ms(self, term: str, elements: int, min_variable_elements: int) -> float:
+        """The per-call reorder of a contraction's constant operand of `elements` elements (0 when it stays a
+        Const: under min_variable_elements)."""
+        if elements < min_variable_elements:
+            return 0.0
+        fixed = self.variable_depthwise_us if term == "DepthwiseConv2dNative" else 0.0
+        return (elements * self.variable_weight_ns_per_element + fixed * 1e3) * 1e-6
 
 
 # CPU: the 2-vCPU AMD EPYC (Zen 4, AVX-512, 2 MB L2 per core, 32 MB L3) KVM test VM, TF 2.21 with oneDNN on, ONE
@@ -103,6 +117,20 @@ class Device:
 #     against 0.98-1.11x measured.
 #   fused_activations: MatMul + BiasAdd + TF's exact GELU is one _MklNativeFusedMatMul, the GELU 22 us over the
 #     matmul + bias at [784,96]x[96,384]; Conv2D + BiasAdd + swish likewise. Numbers in fusion.py.
+#   variable_weight_ns_per_element, variable_depthwise_us: the ops above were timed with Const filters, which oneDNN's convolutions reorder into their
+#     blocked layout once and keep; a served SavedModel's filters are variables (options.py MIN_VARIABLE_ELEMENTS),
+#     reordered on every call unless TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1 (tensorflow's mkl_util.h AreWeightsFrozen;
+#     profile CPU_FROZEN). Fitted to whole real exports, our output served with and without that variable
+#     (tools/bench_frozen.py, BENCHMARKS.md "Weights as variables on oneDNN"), ms saved per call against the
+#     weights each holds: ResNet50V2 4.5 (53 convs, 23.5 M filter elements; a 2 M-element MatMul: 0.18 ns per
+#     element), ConvNeXt-Tiny 2.4 (1.6 M in convs, 26.7 M in 37 MatMuls: 0.09), DenseNet-121 0.6-1.7 in two runs
+#     (7.9 M: 0.07-0.22), MobileNet 0.66-0.75 (4.2 M, 11 depthwise convs); MobileNetV3-Small 0.17 and
+#     EfficientNet-B0 0-0.46, within their run-to-run noise (separate processes, +-0.5 ms on such models). So 0.13 ns
+#     per element, one rate for every contraction (the measurements do not separate convs from matmuls, and one
+#     rate keeps rewrites between them, F29's conv as a batch matmul, E07's Einsum as one, neutral), and 8 us more
+#     per depthwise conv (a chain of six 3x3 depthwise convs, one thread: 9-16 us each, mostly fixed). Merging two
+#     contractions keeps their elements, so for most rewrites this is the same cost on both sides: it lowers a
+#     CNN's predicted gain toward what is measured.
 # Large ops land within ~30 % of their measurement; sub-microsecond ops are as noisy as that between runs. The
 # measurements ran while other jobs shared the VM (fastest rounds kept); BENCHMARKS.md has whole-model sums.
 # `tensat_tf calibrate MODEL` prints the measured and the analytic sum of a model's op costs side by side.
@@ -114,7 +142,13 @@ CPU = Device(
     flops_per_element_by_term=(("Tanh", 35.0), ("Sigmoid", 64.0), ("Erfc", 150.0)),
     strided_copy_efficiency=0.5, broadcast_efficiency=0.3, fused_contractions=("Conv2D", "DepthwiseConv2dNative"),
     fused_activations=FUSED_ACTIVATIONS, call_overhead_us=160.0, fused_matmul_us=4.5, fused_depthwise_us=4.0,
-    fused_flops_per_element_by_term=(("Erfc", 33.0),), onednn=True)
+    fused_flops_per_element_by_term=(("Erfc", 33.0),), onednn=True, variable_weight_ns_per_element=0.13,
+    variable_depthwise_us=8.0)
+# CPU_FROZEN: the same runtime serving with TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1 (README, "Serving on a CPU with
+# oneDNN"): every filter's reordered copy is kept, as a Const's is.
+CPU_FROZEN = dataclasses.replace(CPU, name="cpu-frozen", variable_weight_ns_per_element=0.0, variable_depthwise_us=0.0)
+# oneDNN's switch for keeping every kernel's reordered weights (tensorflow's mkl_util.h AreWeightsFrozen)
+FROZEN_WEIGHTS_VAR = "TF_ONEDNN_ASSUME_FROZEN_WEIGHTS"
 
 # CPU_EIGEN: the same TF 2.21 where oneDNN's ops are off (TF's default on CPUs without AVX-512's deep-learning
 # extensions; cost/fusion.py "Without oneDNN"): Eigen's kernels, and only the remapper's generic fusions. Fitted the
@@ -166,20 +200,24 @@ GPU_H100 = Device("gpu-h100", peak_gflops=67000.0, bandwidth_gbs=3350.0, op_over
                          flops_per_element_by_term=(("Tanh", 8.0), ("Sigmoid", 8.0)), strided_copy_efficiency=0.5)
 GPU = GPU_T4
 
-DEVICES = {p.name: p for p in (CPU, CPU_EIGEN, GPU_T4, GPU_H100)} | {"gpu": GPU}
+DEVICES = {p.name: p for p in (CPU, CPU_FROZEN, CPU_EIGEN, GPU_T4, GPU_H100)} | {"gpu": GPU}
 # the device name that means "the CPU profile of the TF runtime in this process" (runtime_cpu)
 AUTO = "auto"
 
 
 def runtime_cpu() -> Device:
     """CPU where this process's TensorFlow runs oneDNN's ops, CPU_EIGEN where it does not (TF decides per machine,
-    or by TF_ENABLE_ONEDNN_OPTS: cost/fusion.py "Without oneDNN"). The conversion is assumed to run on the kind of
-    machine that serves the model; --device names a profile when it does not."""
+    or by TF_ENABLE_ONEDNN_OPTS: cost/fusion.py "Without oneDNN"); CPU_FROZEN where it runs them with
+    FROZEN_WEIGHTS_VAR set (TF reads it as a bool: 1 or true). The conversion is assumed to run on the kind of
+    machine, and in the environment, that serves the model; --device names a profile when it does not."""
     try:
         from tensorflow.python.util import _pywrap_util_port      # TF's own answer; no public API says it
-        return CPU if _pywrap_util_port.IsMklEnabled() else CPU_EIGEN
+        onednn = _pywrap_util_port.IsMklEnabled()
     except (ImportError, AttributeError):
-        return CPU
+        onednn = True
+    if not onednn:
+        return CPU_EIGEN
+    return CPU_FROZEN if os.environ.get(FROZEN_WEIGHTS_VAR, "").strip().lower() in ("1", "true") else CPU
 
 
 def device_named(name_or_device) -> Device:
