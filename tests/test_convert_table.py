@@ -30,6 +30,8 @@ def test_the_table_says_how_to_serve_variable_weights_on_onednn():
     text = convert_cmd._table(report)
     assert "serving: 12 weights are variables" in text and "TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1" in text
     # no variables, or priced for a runtime without oneDNN's kernels: nothing to say
+    report["weights"]["variables"] = 1
+    assert "serving: 1 weight is a variable;" in convert_cmd._table(report)
     report["weights"]["variables"] = 0
     assert "TF_ONEDNN_ASSUME_FROZEN_WEIGHTS" not in convert_cmd._table(report)
     report["weights"]["variables"] = 12

@@ -299,5 +299,6 @@ def test_a_variable_weight_is_reordered_on_every_call_where_onednn_keeps_only_co
     assert new[11] - old[11] == pytest.approx(512 * 1024 * per)
     # one rate for every contraction: a conv and the matmul that F29 makes of it pay the same; so does a merge
     assert CPU.variable_weight_ms("Conv2D", 4096, 1024) == CPU.variable_weight_ms("BatchMatMulV2", 4096, 1024)
-    assert 2 * CPU.variable_weight_ms("Conv2D", 4096, 1024) == pytest.approx(CPU.variable_weight_ms("Conv2D", 8192, 1024))
+    assert 2 * CPU.variable_weight_ms("Conv2D", 4096, 1024) == pytest.approx(
+        CPU.variable_weight_ms("Conv2D", 8192, 1024))
     assert analytic.CPU_EIGEN.variable_weight_ms("Conv2D", 10 ** 6, 1024) == 0.0

@@ -10,7 +10,6 @@ from absl import flags
 from tensat_tf import errors
 from tensat_tf import report as report_file
 from tensat_tf.cli import deploy_flags, engine_flags
-from tensat_tf.cost.devices import FROZEN_WEIGHTS_VAR
 from tensat_tf.options import MIN_VARIABLE_ELEMENTS, Options
 
 FLAGS = flags.FLAGS
@@ -130,11 +129,14 @@ def _frozen_weights_hint(report: dict) -> str:
     """Where the graphs were priced for TF's oneDNN runtime and the output keeps weights as variables, say what
     serving with FROZEN_WEIGHTS_VAR=1 buys (README, "Serving on a CPU with oneDNN"): every convolution otherwise
     reorders its variable filter on every call. Safe for this output: its signatures never write a variable."""
+    # imported here: tensat_tf.cost brings TensorFlow in, which must not load before main() quiets its logging
+    from tensat_tf.cost.devices import FROZEN_WEIGHTS_VAR
     variables = (report.get("weights") or {}).get("variables", 0)
     onednn = any((s.get("extraction") or {}).get("device") == "cpu" for s in report["signatures"].values())
     if not variables or not onednn:
         return ""
-    return (f"serving: {variables} weights are variables; where TF runs oneDNN's kernels, {FROZEN_WEIGHTS_VAR}=1 in "
+    held = "1 weight is a variable" if variables == 1 else f"{variables} weights are variables"
+    return (f"serving: {held}; where TF runs oneDNN's kernels, {FROZEN_WEIGHTS_VAR}=1 in "
             f"the server's environment lets each kernel keep its reordered weights instead of reordering them every "
             f"call (safe here: nothing writes them; README, 'Serving on a CPU with oneDNN')")
 

@@ -117,10 +117,10 @@ class Device:
 #     against 0.98-1.11x measured.
 #   fused_activations: MatMul + BiasAdd + TF's exact GELU is one _MklNativeFusedMatMul, the GELU 22 us over the
 #     matmul + bias at [784,96]x[96,384]; Conv2D + BiasAdd + swish likewise. Numbers in fusion.py.
-#   variable_weight_ns_per_element, variable_depthwise_us: the ops above were timed with Const filters, which oneDNN's convolutions reorder into their
-#     blocked layout once and keep; a served SavedModel's filters are variables (options.py MIN_VARIABLE_ELEMENTS),
-#     reordered on every call unless TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1 (tensorflow's mkl_util.h AreWeightsFrozen;
-#     profile CPU_FROZEN). Fitted to whole real exports, our output served with and without that variable
+#   variable_weight_ns_per_element 0.13, variable_depthwise_us 8: the ops above were timed with Const filters, which
+#     oneDNN's kernels reorder into their blocked layout once and keep; a served SavedModel's filters are variables
+#     (options.py MIN_VARIABLE_ELEMENTS), reordered on every call unless TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1
+#     (tensorflow's mkl_util.h AreWeightsFrozen; profile CPU_FROZEN). Fitted to whole real exports, our output served with and without that variable
 #     (tools/bench_frozen.py, BENCHMARKS.md "Weights as variables on oneDNN"), ms saved per call against the
 #     weights each holds: ResNet50V2 4.5 (53 convs, 23.5 M filter elements; a 2 M-element MatMul: 0.18 ns per
 #     element), ConvNeXt-Tiny 2.4 (1.6 M in convs, 26.7 M in 37 MatMuls: 0.09), DenseNet-121 0.6-1.7 in two runs
