@@ -25,13 +25,13 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 from absl import app, flags  # noqa: E402
 
 from tensat_tf.cli import engine_flags  # noqa: E402
+from tensat_tf.cost.devices import FROZEN_WEIGHTS_VAR as VAR  # noqa: E402
 
 flags.DEFINE_list("models", ["real_resnet50v2", "real_mobilenet", "real_efficientnet_b0", "real_densenet121",
                              "real_vit", "real_encoder"], "Zoo models.")
 flags.DEFINE_integer("rounds", 6, "Rounds; each runs one worker per setting.")
 flags.DEFINE_integer("blocks", 6, "Paired blocks per worker.")
 FLAGS = flags.FLAGS
-VAR = "TF_ONEDNN_ASSUME_FROZEN_WEIGHTS"
 
 
 def _serve(paths, frozen: bool) -> list:

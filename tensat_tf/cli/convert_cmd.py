@@ -130,9 +130,9 @@ def _frozen_weights_hint(report: dict) -> str:
     serving with FROZEN_WEIGHTS_VAR=1 buys (README, "Serving on a CPU with oneDNN"): every convolution otherwise
     reorders its variable filter on every call. Safe for this output: its signatures never write a variable."""
     # imported here: tensat_tf.cost brings TensorFlow in, which must not load before main() quiets its logging
-    from tensat_tf.cost.devices import FROZEN_WEIGHTS_VAR
+    from tensat_tf.cost.devices import CPU, FROZEN_WEIGHTS_VAR
     variables = (report.get("weights") or {}).get("variables", 0)
-    onednn = any((s.get("extraction") or {}).get("device") == "cpu" for s in report["signatures"].values())
+    onednn = any((s.get("extraction") or {}).get("device") == CPU.name for s in report["signatures"].values())
     if not variables or not onednn:
         return ""
     held = "1 weight is a variable" if variables == 1 else f"{variables} weights are variables"

@@ -35,8 +35,9 @@ flags.DEFINE_enum("cost_model", "analytic", ["analytic", "measured"],
                   "(cached; see `tensat_tf calibrate`).")
 flags.DEFINE_string("device", "auto", "What the cost model prices for: auto (this machine's CPU runtime: TF with "
                     "oneDNN's ops, profile cpu (cpu-frozen where TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1), or without, "
-                    "profile cpu-eigen; TF decides per CPU, or TF_ENABLE_ONEDNN_OPTS), or a profile: cpu, cpu-eigen, gpu-t4, gpu-h100. Name the serving "
-                    "machine's when it differs from this one.")
+                    "profile cpu-eigen; TF decides per CPU, or TF_ENABLE_ONEDNN_OPTS), or a profile: cpu, "
+                    "cpu-frozen, cpu-eigen, gpu-t4, gpu-h100. Name the serving machine's when it differs from this "
+                    "one.")
 flags.DEFINE_integer("batch_size", 1, "Batch size at which costs are evaluated (for unknown leading dimensions).")
 flags.DEFINE_integer("unknown_dim", UNKNOWN_DIM, "Length of every other unknown dimension (a sequence length) at which "
                                                  "costs are evaluated and, in a conversion, verification and the "

@@ -119,18 +119,17 @@ class Device:
 #     matmul + bias at [784,96]x[96,384]; Conv2D + BiasAdd + swish likewise. Numbers in fusion.py.
 #   variable_weight_ns_per_element 0.13, variable_depthwise_us 8: the ops above were timed with Const filters, which
 #     oneDNN's kernels reorder into their blocked layout once and keep; a served SavedModel's filters are variables
-#     (options.py MIN_VARIABLE_ELEMENTS), reordered on every call unless TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1
-#     (tensorflow's mkl_util.h AreWeightsFrozen; profile CPU_FROZEN). Fitted to whole real exports, our output served with and without that variable
-#     (tools/bench_frozen.py, BENCHMARKS.md "Weights as variables on oneDNN"), ms saved per call against the
-#     weights each holds: ResNet50V2 4.5 (53 convs, 23.5 M filter elements; a 2 M-element MatMul: 0.18 ns per
-#     element), ConvNeXt-Tiny 2.4 (1.6 M in convs, 26.7 M in 37 MatMuls: 0.09), DenseNet-121 0.6-1.7 in two runs
-#     (7.9 M: 0.07-0.22), MobileNet 0.66-0.75 (4.2 M, 11 depthwise convs); MobileNetV3-Small 0.17 and
-#     EfficientNet-B0 0-0.46, within their run-to-run noise (separate processes, +-0.5 ms on such models). So 0.13 ns
-#     per element, one rate for every contraction (the measurements do not separate convs from matmuls, and one
-#     rate keeps rewrites between them, F29's conv as a batch matmul, E07's Einsum as one, neutral), and 8 us more
-#     per depthwise conv (a chain of six 3x3 depthwise convs, one thread: 9-16 us each, mostly fixed). Merging two
-#     contractions keeps their elements, so for most rewrites this is the same cost on both sides: it lowers a
-#     CNN's predicted gain toward what is measured.
+#     (options.py MIN_VARIABLE_ELEMENTS), reordered on every call unless TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1 (tensorflow's
+#     mkl_util.h AreWeightsFrozen; profile CPU_FROZEN). Fitted to whole real exports, our output served with and without
+#     that variable (tools/bench_frozen.py, BENCHMARKS.md "Weights as variables on oneDNN"), ms saved per call against
+#     the weights each holds: ResNet50V2 4.5 (53 convs, 23.5 M filter elements; a 2 M-element MatMul: 0.18 ns per
+#     element), ConvNeXt-Tiny 2.4 (1.6 M in convs, 26.7 M in 37 MatMuls: 0.09), DenseNet-121 0.6-1.7 in two runs (7.9 M:
+#     0.07-0.22), MobileNet 0.66-0.75 (4.2 M, 11 depthwise convs); MobileNetV3-Small 0.17 and EfficientNet-B0 0-0.46,
+#     within their run-to-run noise (separate processes, +-0.5 ms on such models). So 0.13 ns per element, one rate for
+#     every contraction (the measurements do not separate convs from matmuls, and one rate keeps rewrites between them,
+#     F29's conv as a batch matmul, E07's Einsum as one, neutral), and 8 us more per depthwise conv (a chain of six 3x3
+#     depthwise convs, one thread: 9-16 us each, mostly fixed). Merging two contractions keeps their elements, so for
+#     most rewrites this is the same cost on both sides: it lowers a CNN's predicted gain toward what is measured.
 # Large ops land within ~30 % of their measurement; sub-microsecond ops are as noisy as that between runs. The
 # measurements ran while other jobs shared the VM (fastest rounds kept); BENCHMARKS.md has whole-model sums.
 # `tensat_tf calibrate MODEL` prints the measured and the analytic sum of a model's op costs side by side.
