@@ -5,7 +5,9 @@ signatures, so a bug in the writer is caught like a bug in a rewrite. Nothing re
 """
 from __future__ import annotations
 
+import copy
 import dataclasses
+import hashlib
 import os
 import shutil
 from collections import Counter
@@ -27,6 +29,10 @@ def _ops(graph_def) -> dict[str, int]:
     return dict(sorted(Counter(n.op for n in graph_def.node).items()))
 
 
+def _digest(graph_def) -> str:
+    return hashlib.sha256(graph_def.SerializeToString(deterministic=True)).hexdigest()
+
+
 @dataclasses.dataclass
 class _Run:
     """One conversion's state, shared by the stages below: what was loaded, the graphs to write, the report being
@@ -39,6 +45,16 @@ class _Run:
     report: dict = dataclasses.field(default_factory=dict)
     watch: Stopwatch = dataclasses.field(default_factory=Stopwatch)
     stage: Callable[[str], None] = lambda text: None
+    keys: dict = dataclasses.field(default_factory=dict)       # signature -> same_key(), hashed once
+
+    def same_key(self, name: str) -> tuple:
+        """Equal for signatures that compute the same thing: the same frozen graph, inputs and outputs (Keras 3's
+        `model.export` writes `serve` and `serving_default` as one function). Hashing VGG16's frozen graph (its
+        weights are constants in it) takes 0.4 s, so once per signature."""
+        if name not in self.keys:
+            sig = self.model.signatures[name]
+            self.keys[name] = (_digest(sig.graph_def), repr(sig.inputs), repr(sig.outputs))
+        return self.keys[name]
 
 
 def _write_and_verify(run: _Run, staged: str) -> None:
@@ -49,9 +65,15 @@ def _write_and_verify(run: _Run, staged: str) -> None:
     report["weights"] = {"variables": variables, "min_variable_elements": options.min_variable_elements}
     run.watch.lap("save")
     reloaded = tf.saved_model.load(staged)
+    # the noise floor's baselines belong to the original graph: one pair per distinct graph, whose first calls (TF
+    # instantiating a function that holds every weight as a constant) took 4-5 s each on VGG16 at 64x64
+    baselines = {}
+    for name, sig in sorted(model.signatures.items()):
+        if run.same_key(name) not in baselines:
+            twin = verify_mod.rounding_twin(sig.graph_def, sig.inputs, sig.outputs)
+            baselines[run.same_key(name)] = (sig.call_frozen, twin)
     pairs = [(name, sig.inputs, sig.outputs, sig.function, reloaded.signatures[name],
-              (sig.call_frozen, verify_mod.rounding_twin(sig.graph_def, sig.inputs, sig.outputs)))
-             for name, sig in sorted(model.signatures.items())]
+              baselines[run.same_key(name)]) for name, sig in sorted(model.signatures.items())]
     result = verify_mod.verify(pairs, options.verify_batch_sizes, options.seed, options.rtol,
                                unknown_dim=options.engine.unknown_dim)
     run.watch.lap("verify")
@@ -84,8 +106,6 @@ def _profile(run: _Run, staged: str) -> list[str]:
     """Time original vs optimized per signature in every setting (batch sizes x thread settings, clean worker
     processes, tensat_tf/latency.py decide); -> the signatures to publish as the original graph: those not measured
     faster ("faster" in at least one setting, "slower" in none, tensat_tf/speedup.py keep)."""
-    import hashlib
-
     from tensat_tf import latency
     model, graphs, options, report = run.model, run.graphs, run.options, run.report
     kept, seen = [], {}
@@ -98,8 +118,7 @@ def _profile(run: _Run, staged: str) -> list[str]:
             continue
         # signatures with the same original and the same optimized graph (Keras' serve and serving_default) get one
         # measurement and so one decision
-        key = tuple(hashlib.sha256(g.SerializeToString(deterministic=True)).hexdigest()
-                    for g in (sig.graph_def, graphs[name])) + (repr(sig.inputs), repr(sig.outputs))
+        key = run.same_key(name) + (_digest(graphs[name]),)
         if key in seen:
             entry["profile"] = dict(report["signatures"][seen[key]]["profile"], same_as=seen[key])
         else:
@@ -182,7 +201,15 @@ def convert(src: str, output_dir: str, options: Options = Options()) -> dict:
 
     report = run.report = {"source": src, "output_dir": output_dir, "signatures": {},
                            "skipped_signatures": model.skipped}
+    optimized = {}          # same_key -> the signature optimized first with that graph
     for i, (name, sig) in enumerate(sorted(model.signatures.items())):
+        if (first := optimized.get(run.same_key(name))) is not None:
+            # the same graph, inputs and outputs as a signature already optimized: its result, not a second search
+            # (which, with a time-limited extraction, could even differ)
+            run.graphs[name] = run.graphs[first]
+            report["signatures"][name] = dict(copy.deepcopy(report["signatures"][first]), same_as=first)
+            continue
+        optimized[run.same_key(name)] = name
         stage(f"optimizing signature {name} ({i + 1}/{len(model.signatures)}): canonicalize, saturate, extract")
         tensat_pass = TensatPass(options.engine, progress=lambda text, name=name: stage(f"signature {name}: {text}"))
         passes = (([canonicalize] if options.canonicalize else []) + ([grouped_conv] if options.grouped_conv else [])

@@ -37,3 +37,13 @@ def test_the_table_says_how_to_serve_variable_weights_on_onednn():
     report["weights"]["variables"] = 12
     report["signatures"]["serving_default"]["extraction"]["device"] = "cpu-eigen"
     assert "TF_ONEDNN_ASSUME_FROZEN_WEIGHTS" not in convert_cmd._table(report)
+
+
+def test_a_signature_that_reuses_another_ones_graph_is_one_line():
+    import copy
+    report = _report("no_gain", [None, "optimal"])
+    first = report["signatures"]["serving_default"]
+    report["signatures"] = {"serve": first, "serving_default": dict(copy.deepcopy(first), same_as="serve")}
+    text = convert_cmd._table(report)
+    assert "the same graph, inputs and outputs as serve: optimized once" in text
+    assert text.count("e-graph 40 e-nodes") == 1 and text.count("signature serving_default: nodes 10 -> 8") == 1

@@ -2,6 +2,7 @@
 import os
 from collections import Counter
 
+import numpy as np
 import pytest
 import tensorflow as tf
 
@@ -83,6 +84,27 @@ def test_weights_shared_across_signatures(zoo_cache, tmp_path):
     assert stored and len(stored) <= max(per_sig.values())
     # the report counts them (convert's serving hint reads it)
     assert report["weights"] == {"variables": len(stored), "min_variable_elements": 1024}
+
+
+def test_same_signatures_optimized_once(zoo_cache, tmp_path):
+    """Keras' serve and serving_default are one function: optimized once (the second reuses the first's graph and
+    report), verified each against its own original, and written with identical graphs."""
+    stages = []
+    out = str(tmp_path / "out")
+    report = convert("zoo:keras_cnn", out, Options(progress=stages.append))
+    assert [s for s in stages if s.startswith("optimizing signature")] == [
+        "optimizing signature serve (1/2): canonicalize, saturate, extract"]
+    first, second = report["signatures"]["serve"], report["signatures"]["serving_default"]
+    assert "same_as" not in first and second["same_as"] == "serve"
+    assert second["rules_applied"] == first["rules_applied"] and second["ops_after"] == first["ops_after"]
+    # each signature has its own verification, and both outputs compute the same thing
+    assert first["verification"]["passed"] and second["verification"]["passed"]
+    assert set(k.split("/")[0] for k in second["verification"]["per_output"]) == {"serving_default"}
+    loaded = tf.saved_model.load(out)
+    x = tf.random.stateless_normal([2, 32, 32, 3], seed=[1, 2])
+    a, b = (list(loaded.signatures[n](**{k: x for k in loaded.signatures[n].structured_input_signature[1]})
+                 .values())[0].numpy() for n in ("serve", "serving_default"))
+    assert np.array_equal(a, b)
 
 
 @pytest.mark.slow

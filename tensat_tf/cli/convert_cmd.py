@@ -68,7 +68,9 @@ def _table(report: dict) -> str:
         lines.append(f"signature {name}: nodes {s['nodes_before']} -> {s['nodes_after']}; "
                      f"verification max rel diff {s['verification']['max_rel_diff']:.2e} "
                      f"({'passed' if s['verification']['passed'] else 'FAILED'})")
-        eg, ex = s.get("egraph"), s.get("extraction")
+        if s.get("same_as"):
+            lines.append(f"  the same graph, inputs and outputs as {s['same_as']}: optimized once, its graph reused")
+        eg, ex = (None, None) if s.get("same_as") else (s.get("egraph"), s.get("extraction"))
         if eg:
             lines.append(f"  e-graph {eg['enodes']} e-nodes / {eg['eclasses']} e-classes after {eg['iterations']} "
                          f"iterations ({eg['stop_reason']}); extraction {ex.get('method')} {ex.get('status')}, "
@@ -90,6 +92,8 @@ def _table(report: dict) -> str:
                          + (f" ({prof['reason']})" if prof.get("reason") else "")
                          + (f"; same graphs as {prof['same_as']}, measured once" if prof.get("same_as") else "")
                          + (f"; {prof['error']}" if prof.get("error") else ""))
+        if s.get("same_as"):
+            continue
         if s.get("rules_applied"):
             lines.append("  rules applied: " + ", ".join(f"{k} x{v}" for k, v in s["rules_applied"].items()))
         for p in s["passes"]:

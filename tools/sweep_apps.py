@@ -1,0 +1,121 @@
+"""Every keras.applications model through `convert`, as a user would bring it: does it convert and verify, what does the
+e-graph do with it, and how long does it take. The real-exports suite (tensat_tf/zoo/keras_apps.py) has twelve of
+them; this sweep is for the rest (the bigger variants of each family and the families the suite leaves to the older
+zoo builders), which tests do not build.
+
+    python tools/sweep_apps.py [--apps=VGG16,ResNet101] [--skip=ConvNeXtXLarge] [--side=64] [--out_json=sweep.json]
+
+Each application is built by keras.applications (weights=None, include_top, at --side pixels or the smallest side it
+accepts), its weights randomized and its batch norms calibrated (tensat_tf/zoo/_keras.py, as for the suite), exported
+with `model.export` (dynamic batch), then converted with the default options (verification included). Each runs in
+its own worker process with --timeout seconds: one that crashes or runs out of memory is a row, not the end of the
+sweep. Latency is not measured (tools/bench.py does that for the suite).
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+from absl import app, flags  # noqa: E402
+
+# the smallest input side keras.applications accepts for these (weights=None); every other application takes 32
+MIN_SIDE = {"InceptionV3": 75, "InceptionResNetV2": 75, "Xception": 71}
+SEED = 2101
+
+flags.DEFINE_list("apps", None, "keras.applications constructors (default: every one this Keras has).")
+flags.DEFINE_list("skip", [], "Constructors to leave out.")
+flags.DEFINE_integer("side", 64, "Input height and width (raised to an application's minimum).")
+flags.DEFINE_integer("timeout", 1800, "Seconds per application (build, export and convert).")
+flags.DEFINE_string("out_json", None, "Also write the rows here (after every application).")
+flags.DEFINE_string("worker", None, "Internal: build and convert this one application, print its row as JSON.")
+FLAGS = flags.FLAGS
+
+
+def applications() -> list[str]:
+    import keras
+    return sorted(n for n in dir(keras.applications) if n[:1].isupper() and callable(getattr(keras.applications, n)))
+
+
+def worker(name: str, side: int) -> dict:
+    """Build, export and convert one application; the row for it."""
+    import keras
+
+    from tensat_tf.convert import convert
+    from tensat_tf.options import Options
+    from tensat_tf.zoo import _keras
+    row = {"app": name, "side": side}
+    with tempfile.TemporaryDirectory() as d:
+        src, out = os.path.join(d, "src"), os.path.join(d, "out")
+        t = time.perf_counter()
+        _keras.export_application(getattr(keras.applications, name), (side, side, 3), SEED, src)
+        row["build_s"] = round(time.perf_counter() - t, 1)
+        t = time.perf_counter()
+        rep = convert(src, out, Options())
+        row["convert_s"] = round(time.perf_counter() - t, 1)
+    row["weights"] = rep.get("weights", {}).get("variables")
+    s = rep["signatures"]["serving_default"]
+    eg, ex = s["egraph"], s["extraction"]
+    row.update(typed_nodes=eg["typed_nodes"], enodes=eg["enodes"], iterations=eg["iterations"],
+               stop=eg["stop_reason"], pass_s=round(sum(eg["timing_s"].values()), 2),
+               extraction=ex.get("status"), predicted=round(ex["cost_before"] / ex["cost_after"], 3)
+               if ex.get("cost_after") else None,
+               rules=sum(s["rules_applied"].values()), max_rel_diff=s["verification"]["max_rel_diff"],
+               signatures=len(rep["signatures"]),
+               stages={k: round(v, 1) for k, v in rep["timing_s"].items() if v >= 1.0})
+    return row
+
+
+def run_one(name: str, side: int, timeout: int) -> dict:
+    cmd = [sys.executable, os.path.abspath(__file__), f"--worker={name}", f"--side={side}"]
+    t = time.perf_counter()
+    try:
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"app": name, "side": side, "error": f"timed out after {timeout} s"}
+    lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
+    if p.returncode == 0 and lines:
+        return json.loads(lines[-1])
+    tail = (p.stderr.strip().splitlines() or [f"exit {p.returncode}"])[-1]
+    return {"app": name, "side": side, "error": f"exit {p.returncode}: {tail[:300]}",
+            "seconds": round(time.perf_counter() - t, 1)}
+
+
+def markdown(rows: list) -> str:
+    out = ["| application | side | weights | typed nodes | e-nodes | iterations (stop) | tensat pass s "
+           "| extraction | predicted gain | rules applied | verify max rel | build s | convert s |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if "error" in r:
+            out.append(f"| {r['app']} | {r['side']} | **failed**: {r['error']} |" + " |" * 10)
+            continue
+        out.append(f"| {r['app']} | {r['side']} | {r['weights']} | {r['typed_nodes']} | {r['enodes']} | "
+                   f"{r['iterations']} ({r['stop']}) | {r['pass_s']} | {r['extraction']} | {r['predicted']}x | "
+                   f"{r['rules']} | {r['max_rel_diff']:.1e} | {r['build_s']} | {r['convert_s']} |")
+    return "\n".join(out)
+
+
+def main(argv):
+    if FLAGS.worker:
+        print(json.dumps(worker(FLAGS.worker, FLAGS.side)))
+        return
+    names = [n for n in (FLAGS.apps or applications()) if n not in set(FLAGS.skip)]
+    rows, t0 = [], time.perf_counter()
+    for name in names:
+        print(f"[{time.perf_counter() - t0:7.1f} s] {name}", file=sys.stderr, flush=True)
+        rows.append(run_one(name, max(FLAGS.side, MIN_SIDE.get(name, 32)), FLAGS.timeout))
+        if FLAGS.out_json:
+            with open(FLAGS.out_json, "w") as f:
+                json.dump(rows, f, indent=1)
+    ok = sum("error" not in r for r in rows)
+    print(markdown(rows))
+    print(f"\n{ok} of {len(rows)} converted and verified; {time.perf_counter() - t0:.0f} s.")
+
+
+if __name__ == "__main__":
+    app.run(main)
