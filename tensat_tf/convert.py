@@ -53,7 +53,13 @@ class _Run:
         weights are constants in it) takes 0.4 s, so once per signature."""
         if name not in self.keys:
             sig = self.model.signatures[name]
-            self.keys[name] = (_digest(sig.graph_def), repr(sig.inputs), repr(sig.outputs))
+            # without the nodes' debug info, which names the traced function (Keras' transformer exports: the two
+            # signatures' graphs differ only there)
+            graph = tf.compat.v1.GraphDef()
+            graph.CopyFrom(sig.graph_def)
+            for node in [*graph.node, *(n for f in graph.library.function for n in f.node_def)]:
+                node.ClearField("experimental_debug_info")
+            self.keys[name] = (_digest(graph), repr(sig.inputs), repr(sig.outputs))
         return self.keys[name]
 
 
