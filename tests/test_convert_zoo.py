@@ -105,6 +105,12 @@ def test_same_signatures_optimized_once(zoo_cache, tmp_path):
     a, b = (list(loaded.signatures[n](**{k: x for k in loaded.signatures[n].structured_input_signature[1]})
                  .values())[0].numpy() for n in ("serve", "serving_default"))
     assert np.array_equal(a, b)
+    # frozen once: the loader shares the first signature's frozen graph with the second (not for different functions)
+    model = load.load(zoo.resolve("zoo:keras_cnn"))
+    assert model.signatures["serve"].graph_def is model.signatures["serving_default"].graph_def
+    assert model.signatures["serving_default"].name == "serving_default"
+    mlp = load.load(zoo.resolve("zoo:mlp"))
+    assert mlp.signatures["logits"].graph_def is not mlp.signatures["serving_default"].graph_def
 
 
 @pytest.mark.slow

@@ -8,8 +8,9 @@ zoo builders), which tests do not build.
 Each application is built by keras.applications (weights=None, include_top, at --side pixels or the smallest side it
 accepts), its weights randomized and its batch norms calibrated (tensat_tf/zoo/_keras.py, as for the suite), exported
 with `model.export` (dynamic batch), then converted with the default options (verification included). Each runs in
-its own worker process with --timeout seconds: one that crashes or runs out of memory is a row, not the end of the
-sweep. Latency is not measured (tools/bench.py does that for the suite).
+its own worker processes (one builds, one converts, each within --timeout seconds): one that crashes or runs out of
+memory is a row, not the end of the sweep; the row has the conversion's peak resident memory. Latency is not measured
+(tools/bench.py does that for the suite).
 """
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Optional
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -33,7 +35,9 @@ flags.DEFINE_list("skip", [], "Constructors to leave out.")
 flags.DEFINE_integer("side", 64, "Input height and width (raised to an application's minimum).")
 flags.DEFINE_integer("timeout", 1800, "Seconds per application (build, export and convert).")
 flags.DEFINE_string("out_json", None, "Also write the rows here (after every application).")
-flags.DEFINE_string("worker", None, "Internal: build and convert this one application, print its row as JSON.")
+flags.DEFINE_string("build", None, "Internal: build and export this application into --src.")
+flags.DEFINE_string("src", None, "Internal: where --build exports.")
+flags.DEFINE_string("worker", None, "Internal: convert this exported SavedModel, print its row as JSON.")
 FLAGS = flags.FLAGS
 
 
@@ -42,22 +46,24 @@ def applications() -> list[str]:
     return sorted(n for n in dir(keras.applications) if n[:1].isupper() and callable(getattr(keras.applications, n)))
 
 
-def worker(name: str, side: int) -> dict:
-    """Build, export and convert one application; the row for it."""
+def build(name: str, side: int, export_dir: str) -> None:
+    """Build, randomize and export one application (its own process: the Keras model is not in the converting one)."""
     import keras
+
+    from tensat_tf.zoo import _keras
+    _keras.export_application(getattr(keras.applications, name), (side, side, 3), SEED, export_dir)
+
+
+def worker(src: str) -> dict:
+    """Convert one exported application as `tensat_tf convert` would; its part of the row."""
+    import resource
 
     from tensat_tf.convert import convert
     from tensat_tf.options import Options
-    from tensat_tf.zoo import _keras
-    row = {"app": name, "side": side}
     with tempfile.TemporaryDirectory() as d:
-        src, out = os.path.join(d, "src"), os.path.join(d, "out")
         t = time.perf_counter()
-        _keras.export_application(getattr(keras.applications, name), (side, side, 3), SEED, src)
-        row["build_s"] = round(time.perf_counter() - t, 1)
-        t = time.perf_counter()
-        rep = convert(src, out, Options())
-        row["convert_s"] = round(time.perf_counter() - t, 1)
+        rep = convert(src, os.path.join(d, "out"), Options())
+        row = {"convert_s": round(time.perf_counter() - t, 1)}
     row["weights"] = rep.get("weights", {}).get("variables")
     s = rep["signatures"]["serving_default"]
     eg, ex = s["egraph"], s["extraction"]
@@ -67,42 +73,60 @@ def worker(name: str, side: int) -> dict:
                if ex.get("cost_after") else None,
                rules=sum(s["rules_applied"].values()), max_rel_diff=s["verification"]["max_rel_diff"],
                signatures=len(rep["signatures"]),
-               stages={k: round(v, 1) for k, v in rep["timing_s"].items() if v >= 1.0})
+               stages={k: round(v, 1) for k, v in rep["timing_s"].items() if v >= 1.0},
+               # Linux reports kilobytes: the conversion's peak resident memory
+               peak_gb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2))
     return row
 
 
-def run_one(name: str, side: int, timeout: int) -> dict:
-    cmd = [sys.executable, os.path.abspath(__file__), f"--worker={name}", f"--side={side}"]
-    t = time.perf_counter()
+def _child(args: list[str], timeout: int) -> tuple[Optional[dict], Optional[str]]:
+    """Run this script with `args`; (its JSON line, None) or (None, why it failed)."""
     try:
-        p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+        p = subprocess.run([sys.executable, os.path.abspath(__file__), *args], capture_output=True, text=True,
+                           timeout=timeout)
     except subprocess.TimeoutExpired:
-        return {"app": name, "side": side, "error": f"timed out after {timeout} s"}
+        return None, f"timed out after {timeout} s"
     lines = [ln for ln in p.stdout.splitlines() if ln.startswith("{")]
     if p.returncode == 0 and lines:
-        return json.loads(lines[-1])
-    tail = (p.stderr.strip().splitlines() or [f"exit {p.returncode}"])[-1]
-    return {"app": name, "side": side, "error": f"exit {p.returncode}: {tail[:300]}",
-            "seconds": round(time.perf_counter() - t, 1)}
+        return json.loads(lines[-1]), None
+    tail = (p.stderr.strip().splitlines() or [""])[-1]
+    return None, ("killed (out of memory?)" if p.returncode == -9 else f"exit {p.returncode}") + f": {tail[:300]}"
+
+
+def run_one(name: str, side: int, timeout: int) -> dict:
+    row = {"app": name, "side": side}
+    with tempfile.TemporaryDirectory() as d:
+        src = os.path.join(d, "src")
+        t = time.perf_counter()
+        _, err = _child([f"--build={name}", f"--side={side}", f"--src={src}"], timeout)
+        row["build_s"] = round(time.perf_counter() - t, 1)
+        if err:
+            return dict(row, error="build: " + err)
+        got, err = _child([f"--worker={src}"], timeout)
+    return dict(row, error="convert: " + err) if err else dict(row, **got)
 
 
 def markdown(rows: list) -> str:
     out = ["| application | side | weights | typed nodes | e-nodes | iterations (stop) | tensat pass s "
-           "| extraction | predicted gain | rules applied | verify max rel | build s | convert s |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "| extraction | predicted gain | rules applied | verify max rel | build s | convert s | peak GB |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         if "error" in r:
-            out.append(f"| {r['app']} | {r['side']} | **failed**: {r['error']} |" + " |" * 10)
+            out.append(f"| {r['app']} | {r['side']} | **failed**: {r['error']} |" + " |" * 11)
             continue
         out.append(f"| {r['app']} | {r['side']} | {r['weights']} | {r['typed_nodes']} | {r['enodes']} | "
                    f"{r['iterations']} ({r['stop']}) | {r['pass_s']} | {r['extraction']} | {r['predicted']}x | "
-                   f"{r['rules']} | {r['max_rel_diff']:.1e} | {r['build_s']} | {r['convert_s']} |")
+                   f"{r['rules']} | {r['max_rel_diff']:.1e} | {r['build_s']} | {r['convert_s']} | {r['peak_gb']} |")
     return "\n".join(out)
 
 
 def main(argv):
+    if FLAGS.build:
+        build(FLAGS.build, FLAGS.side, FLAGS.src)
+        print("{}")
+        return
     if FLAGS.worker:
-        print(json.dumps(worker(FLAGS.worker, FLAGS.side)))
+        print(json.dumps(worker(FLAGS.worker)))
         return
     names = [n for n in (FLAGS.apps or applications()) if n not in set(FLAGS.skip)]
     rows, t0 = [], time.perf_counter()
