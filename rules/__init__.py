@@ -19,6 +19,8 @@ from tensat_tf.rules.syntax import Excluded, Rule, RuleSyntaxError, parse_file
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_FAMILIES = ("tensat", "tf-fold", "merge", "einsum")
+# families shipped here but run only when named (tensat_assoc.rules says why)
+OPTIONAL_FAMILIES = ("tensat-assoc",)
 
 
 class UnknownRule(ValueError):
@@ -99,4 +101,4 @@ def select(enable: Optional[Iterable[str]] = None, disable: Iterable[str] = (),
 
 
 __all__ = ["compile_rule", "Rule", "RuleSet", "Excluded", "RuleSyntaxError", "UnknownRule", "builtin", "select",
-           "read_file", "ruleset_name", "DEFAULT_FAMILIES"]
+           "read_file", "ruleset_name", "DEFAULT_FAMILIES", "OPTIONAL_FAMILIES"]

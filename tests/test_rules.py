@@ -23,7 +23,16 @@ def test_rule_verifies(rule):
 def test_names_unique_and_families_known():
     names = [r.name for r in ALL] + [e.name for e in rules.builtin().excluded]
     assert len(names) == len(set(names))
-    assert {r.family for r in ALL} <= set(rules.DEFAULT_FAMILIES)
+    assert {r.family for r in ALL} <= set(rules.DEFAULT_FAMILIES) | set(rules.OPTIONAL_FAMILIES)
+
+
+def test_optional_families_run_only_when_named():
+    """The general add reassociations (rules/tensat_assoc.rules) are shipped, checked above, and off by default."""
+    default = rules.select().names
+    assert "S024" not in default and "S028" not in default and "S023" in default
+    named = rules.select(enable=list(rules.DEFAULT_FAMILIES) + ["tensat-assoc"]).names
+    assert {"S024", "S028"} <= set(named) and set(default) < set(named)
+    assert rules.select(enable=["S024"]).names == ["S024"]
 
 
 def test_select_by_family_and_name():
