@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import gc
 import hashlib
 import os
 import shutil
@@ -46,6 +47,7 @@ class _Run:
     watch: Stopwatch = dataclasses.field(default_factory=Stopwatch)
     stage: Callable[[str], None] = lambda text: None
     keys: dict = dataclasses.field(default_factory=dict)       # signature -> same_key(), hashed once
+    baselines: dict = dataclasses.field(default_factory=dict)  # same_key() -> the noise floor's recorded baselines
 
     def same_key(self, name: str) -> tuple:
         """Equal for signatures that compute the same thing: the same frozen graph, inputs and outputs (Keras 3's
@@ -63,6 +65,28 @@ class _Run:
         return self.keys[name]
 
 
+def _record_baselines(run: _Run) -> None:
+    """The noise floor's baselines of every distinct graph (TF's frozen copy and the rounding twin, verify.py), run on
+    verification's inputs now and kept as outputs; the functions are then released. Each holds every weight as a
+    constant: on VGG16 at 64x64 they took 1.3 GB to build and 1.7 GB more on their first calls, and kept through
+    verification they made its peak (keras.applications.ConvNeXtLarge ran out of 24 GB there)."""
+    model, options = run.model, run.options
+    for name, sig in sorted(model.signatures.items()):
+        key = run.same_key(name)
+        if key in run.baselines:
+            continue
+        feeds = [f for _, f in verify_mod.verification_inputs(sig.inputs, options.verify_batch_sizes, options.seed,
+                                                              options.engine.unknown_dim)]
+        frozen = verify_mod.recorded(sig.call_frozen, feeds)
+        for other_name, other in model.signatures.items():
+            if run.same_key(other_name) == key:
+                other.frozen_function = None        # only the baseline called it: released before the twin is built
+        gc.collect()
+        run.baselines[key] = (frozen, verify_mod.recorded(
+            verify_mod.rounding_twin(sig.graph_def, sig.inputs, sig.outputs), feeds))
+        gc.collect()
+
+
 def _write_and_verify(run: _Run, staged: str) -> None:
     """Write the SavedModel into `staged`, load it back and verify it against the original signatures."""
     model, options, report = run.model, run.options, run.report
@@ -71,15 +95,8 @@ def _write_and_verify(run: _Run, staged: str) -> None:
     report["weights"] = {"variables": variables, "min_variable_elements": options.min_variable_elements}
     run.watch.lap("save")
     reloaded = tf.saved_model.load(staged)
-    # the noise floor's baselines belong to the original graph: one pair per distinct graph, whose first calls (TF
-    # instantiating a function that holds every weight as a constant) took 4-5 s each on VGG16 at 64x64
-    baselines = {}
-    for name, sig in sorted(model.signatures.items()):
-        if run.same_key(name) not in baselines:
-            twin = verify_mod.rounding_twin(sig.graph_def, sig.inputs, sig.outputs)
-            baselines[run.same_key(name)] = (sig.call_frozen, twin)
     pairs = [(name, sig.inputs, sig.outputs, sig.function, reloaded.signatures[name],
-              baselines[run.same_key(name)]) for name, sig in sorted(model.signatures.items())]
+              run.baselines[run.same_key(name)]) for name, sig in sorted(model.signatures.items())]
     result = verify_mod.verify(pairs, options.verify_batch_sizes, options.seed, options.rtol,
                                unknown_dim=options.engine.unknown_dim)
     run.watch.lap("verify")
@@ -203,6 +220,9 @@ def convert(src: str, output_dir: str, options: Options = Options()) -> dict:
     if options.emit_onnx:
         onnx_export.pick_signature(list(model.signatures), options.onnx_signature)    # fail before the work
     watch.lap("load_freeze")
+    stage("running the noise floor's baselines (TF's frozen copy, the rounding twin)")
+    _record_baselines(run)
+    watch.lap("baselines")
     interrupt.check()
 
     report = run.report = {"source": src, "output_dir": output_dir, "signatures": {},

@@ -20,6 +20,7 @@ be verified: errors.OriginalFails names the op and TF's reason. convert checks t
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import re
 from typing import Optional, Sequence
 
@@ -61,6 +62,33 @@ def random_inputs(specs: Sequence[TensorSpec], batch: int, seed: int, unknown_di
             raise ValueError(f"cannot make random values for input {s.key} of type {s.dtype.name}")
         feeds[s.key] = tf.constant(arr)
     return feeds
+
+
+def _feeds_key(feeds: dict) -> str:
+    h = hashlib.sha256()
+    for k in sorted(feeds):
+        a = np.asarray(feeds[k])
+        h.update(f"{k}|{a.dtype}|{a.shape}|".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+def recorded(fn, feeds_list: Sequence[dict]):
+    """`fn` run now on each of `feeds_list`, as a function that returns those outputs again for the same feeds (and
+    raises KeyError for others). The noise floor's baselines hold every weight as a constant (TF's frozen copy, the
+    rounding twin: about 10x the weights' bytes once TF has instantiated them), so convert runs them right after
+    loading, keeps their outputs and releases them, rather than holding them through verification."""
+    table = {_feeds_key(f): {k: v.numpy() for k, v in fn(**f).items()} for f in feeds_list}
+
+    def call(**feeds):
+        return {k: tf.constant(v) for k, v in table[_feeds_key(feeds)].items()}
+    return call
+
+
+def verification_inputs(specs: Sequence[TensorSpec], batch_sizes: Sequence[int], seed: int,
+                        unknown_dim: int = UNKNOWN_DIM) -> list[tuple[str, dict]]:
+    """(tag, feeds) per batch size: the inputs verify() draws."""
+    return [(str(b), random_inputs(specs, b, seed + b, unknown_dim)) for b in batch_sizes]
 
 
 def compare(ref: np.ndarray, got: np.ndarray, dtype: tf.DType, tol: float) -> tuple[float, float, bool]:
@@ -168,8 +196,8 @@ def verify(pairs, batch_sizes: Sequence[int] = (1, 4), seed: int = 0, rtol: Opti
     random_inputs at each batch size, every other unknown dim unknown_dim long."""
     per, ok, worst_abs, worst_rel = {}, True, 0.0, 0.0
     for sig, in_specs, out_specs, ref_fn, new_fn, base_fn in pairs:
-        feeds_list = [(f"given", given[sig])] if given and sig in given else [
-            (str(b), random_inputs(in_specs, b, seed + b, unknown_dim)) for b in batch_sizes]
+        feeds_list = [(f"given", given[sig])] if given and sig in given else verification_inputs(
+            in_specs, batch_sizes, seed, unknown_dim)
         for tag, feeds in feeds_list:
             ref = run_original(ref_fn, sig, tag, feeds)
             try:
