@@ -33,6 +33,12 @@ def test_optional_families_run_only_when_named():
     named = rules.select(enable=list(rules.DEFAULT_FAMILIES) + ["tensat-assoc"]).names
     assert {"S024", "S028"} <= set(named) and set(default) < set(named)
     assert rules.select(enable=["S024"]).names == ["S024"]
+    # `tensat_tf rules` says they exist
+    import subprocess
+    import sys
+    out = subprocess.run([sys.executable, "-m", "tensat_tf.cli.main", "rules"], capture_output=True, text=True,
+                         timeout=300).stdout
+    assert "not run unless named: family tensat-assoc (S024, S028" in out and "\nS024 " not in out
 
 
 def test_select_by_family_and_name():

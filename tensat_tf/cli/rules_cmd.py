@@ -20,4 +20,8 @@ def main(args: list[str]) -> int:
     fams = sorted({r.family for r in rs.rules})
     print(f"{len(rs.rules)} rules ({', '.join(f'{f} {sum(r.family == f for r in rs.rules)}' for f in fams)}), "
           f"{len(rs.excluded)} excluded")
+    for fam in rules_mod.OPTIONAL_FAMILIES:
+        if fam not in fams:         # shipped but run only when named: say so, or no one finds them
+            names = [r.name for r in rules_mod.builtin().rules if r.family == fam]
+            print(f"not run unless named: family {fam} ({', '.join(names)}; --rules=...,{fam})")
     return 0
