@@ -350,21 +350,31 @@ def test_original_fails_cli(raising_model, tmp_path):
 # --- interruption ---------------------------------------------------------------------------------------------------
 
 class _Slow(tf.Module):
-    """About a second per call: a long while loop of small matmuls, so a signal lands while the model runs."""
+    """A long while loop of small matmuls, so a signal lands while the model runs in verification."""
 
-    def __init__(self):
+    def __init__(self, steps: int):
         self.w = tf.Variable(tf.random.stateless_normal([64, 64], seed=[1, 2]) * 0.1)
+        self.steps = steps
 
     @tf.function(input_signature=[tf.TensorSpec([None, 64], name="x")])
     def serve(self, x):
-        y = tf.while_loop(lambda i, y: i < 6000, lambda i, y: (i + 1, tf.tanh(tf.matmul(y, self.w))), (0, x))[1]
+        y = tf.while_loop(lambda i, y: i < self.steps, lambda i, y: (i + 1, tf.tanh(tf.matmul(y, self.w))),
+                          (0, x))[1]
         return {"y": y}
 
 
 @pytest.fixture(scope="module")
 def slow_model(tmp_path_factory):
+    """About a second per call on this machine, whatever its speed: 6,000 steps took a second on the first VM and
+    30 ms on a later one, where verification (once its baselines ran before the output was staged) ended before
+    the signal came."""
+    probe, x = _Slow(6000), tf.ones([4, 64])
+    probe.serve(x)
+    t = time.perf_counter()
+    probe.serve(x)
+    steps = max(6000, int(6000 * 1.0 / max(time.perf_counter() - t, 1e-3)))
     path = str(tmp_path_factory.mktemp("slow") / "model")
-    m = _Slow()
+    m = _Slow(steps)
     tf.saved_model.save(m, path, signatures={"serving_default": m.serve})
     return path
 
