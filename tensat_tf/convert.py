@@ -55,13 +55,9 @@ class _Run:
         weights are constants in it) takes 0.4 s, so once per signature."""
         if name not in self.keys:
             sig = self.model.signatures[name]
-            # without the nodes' debug info, which names the traced function (Keras' transformer exports: the two
-            # signatures' graphs differ only there)
-            graph = tf.compat.v1.GraphDef()
-            graph.CopyFrom(sig.graph_def)
-            for node in [*graph.node, *(n for f in graph.library.function for n in f.node_def)]:
-                node.ClearField("experimental_debug_info")
-            self.keys[name] = (_digest(graph), repr(sig.inputs), repr(sig.outputs))
+            # without debug info: Keras' transformer exports trace the two signatures apart and differ only there
+            self.keys[name] = (_digest(load_mod.without_debug_info(sig.graph_def)), repr(sig.inputs),
+                               repr(sig.outputs))
         return self.keys[name]
 
 
@@ -130,18 +126,18 @@ def _profile(run: _Run, staged: str) -> list[str]:
     processes, tensat_tf/latency.py decide); -> the signatures to publish as the original graph: those not measured
     faster ("faster" in at least one setting, "slower" in none, tensat_tf/speedup.py keep)."""
     from tensat_tf import latency
-    model, graphs, options, report = run.model, run.graphs, run.options, run.report
+    model, options, report = run.model, run.options, run.report
     kept, seen = [], {}
     for name in sorted(model.signatures):
-        entry, sig = report["signatures"][name], model.signatures[name]
+        entry = report["signatures"][name]
         if entry["nodes_before"] == entry["nodes_after"] and entry["ops_before"] == entry["ops_after"]:
             entry["profile"] = {"skipped": "graph unchanged", "kept_original": True, "published": "original",
                                 "reason": "the rewrites left the node and op counts as they were: nothing to gain"}
             kept.append(name)
             continue
-        # signatures with the same original and the same optimized graph (Keras' serve and serving_default) get one
-        # measurement and so one decision
-        key = run.same_key(name) + (_digest(graphs[name]),)
+        # signatures with the same original graph (Keras' serve and serving_default) were optimized once (convert),
+        # so they have the same optimized graph too: one measurement and so one decision
+        key = run.same_key(name)
         if key in seen:
             entry["profile"] = dict(report["signatures"][seen[key]]["profile"], same_as=seen[key])
         else:

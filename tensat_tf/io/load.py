@@ -124,14 +124,24 @@ def _freeze(fn) -> tuple[object, tf.compat.v1.GraphDef]:
     return convert_to_constants.convert_variables_to_constants_v2_as_graph(fn, lower_control_flow=False)
 
 
+def without_debug_info(graph_def) -> tf.compat.v1.GraphDef:
+    """A copy of `graph_def` without the nodes' debug info (graph and library), which names the function each node
+    was traced in: two traces of one computation differ there and nowhere else."""
+    graph = tf.compat.v1.GraphDef()
+    graph.CopyFrom(graph_def)
+    for node in [*graph.node, *(n for f in graph.library.function for n in f.node_def)]:
+        node.ClearField("experimental_debug_info")
+    return graph
+
+
 def _call_key(fn) -> tuple:
     """Equal for two signature functions that compute the same thing over the same captured variables: their graphs
     (without the weights, which are captured: small) minus the nodes' debug info and naming hints, the captures by
-    identity and the input and output structure. Keras 3's `model.export` writes `serve` and `serving_default` as two wrappers of one
-    traced function; freezing each copies every weight into a constant (VGG16 at 64x64: 4.5 s and 0.4 GB each)."""
-    graph = fn.graph.as_graph_def()
+    identity and the input and output structure. Keras 3's `model.export` writes `serve` and `serving_default` as
+    two wrappers of one traced function; freezing each copies every weight into a constant (VGG16 at 64x64: 4.5 s
+    and 0.4 GB each)."""
+    graph = without_debug_info(fn.graph.as_graph_def())
     for node in [*graph.node, *(n for f in graph.library.function for n in f.node_def)]:
-        node.ClearField("experimental_debug_info")
         if "_user_specified_name" in node.attr:     # a capture's placeholder is named after the capture's id
             del node.attr["_user_specified_name"]
     return (graph.SerializeToString(deterministic=True), tuple(id(t) for t in fn.captured_inputs),
