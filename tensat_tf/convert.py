@@ -62,10 +62,9 @@ class _Run:
 
 
 def _record_baselines(run: _Run) -> None:
-    """The noise floor's baselines of every distinct graph (TF's frozen copy and the rounding twin, verify.py), run on
-    verification's inputs now and kept as outputs; the functions are then released. Each holds every weight as a
-    constant: on VGG16 at 64x64 they took 1.3 GB to build and 1.7 GB more on their first calls, and kept through
-    verification they made its peak (keras.applications.ConvNeXtLarge ran out of 24 GB there)."""
+    """The noise floor's baselines of every distinct graph (verify.baselines), run on verification's inputs now and
+    kept as outputs. Each feeds the weights, which save writes as variables, as one array (VGG16 at 64x64: TF's frozen
+    function and a twin holding them as constants took 1.3 GB to build and 1.7 GB more on their first calls)."""
     model, options = run.model, run.options
     for name, sig in sorted(model.signatures.items()):
         key = run.same_key(name)
@@ -73,13 +72,8 @@ def _record_baselines(run: _Run) -> None:
             continue
         feeds = [f for _, f in verify_mod.verification_inputs(sig.inputs, options.verify_batch_sizes, options.seed,
                                                               options.engine.unknown_dim)]
-        frozen = verify_mod.recorded(sig.call_frozen, feeds)
-        for other_name, other in model.signatures.items():
-            if run.same_key(other_name) == key:
-                other.frozen_function = None        # only the baseline called it: released before the twin is built
-        gc.collect()
-        run.baselines[key] = (frozen, verify_mod.recorded(
-            verify_mod.rounding_twin(sig.graph_def, sig.inputs, sig.outputs), feeds))
+        run.baselines[key] = verify_mod.baselines(sig.graph_def, sig.inputs, sig.outputs, feeds,
+                                                  options.min_variable_elements)
         gc.collect()
 
 

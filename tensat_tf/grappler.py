@@ -1,14 +1,14 @@
 """Run TF's own Grappler offline on a GraphDef (tf_optimizer.OptimizeGraph), honouring a GrapplerItem."""
 from __future__ import annotations
 
-import math
 from typing import Optional, Sequence
 
 import tensorflow as tf
-from tensorflow.core.framework import graph_pb2, types_pb2
+from tensorflow.core.framework import graph_pb2
 from tensorflow.core.protobuf import config_pb2, meta_graph_pb2
 from tensorflow.python.grappler import tf_optimizer
 
+from tensat_tf.io import weights
 from tensat_tf.item import GrapplerItem, node_name
 from tensat_tf.options import MIN_VARIABLE_ELEMENTS
 
@@ -70,22 +70,19 @@ def runtime_error(graph_def, item: GrapplerItem) -> Optional[str]:
     placed.versions.CopyFrom(graph_def.versions)     # the library and versions too: Grappler reads both
     placed.library.CopyFrom(graph_def.library)
     for src in graph_def.node:
-        value = src.attr["value"].tensor if src.op == "Const" else None
         device = src.device or "/device:CPU:0"
-        if (value is not None and value.dtype != types_pb2.DT_STRING
-                and math.prod(d.size for d in value.tensor_shape.dim) >= MIN_VARIABLE_ELEMENTS):
-            # served, a weight is a variable read (tensat_tf/io/save.py, which keeps strings constant), not a
-            # constant: Grappler rewrites the two differently (the failure above happens with reads, not with
-            # placeholders), and folding Inception-ResNet-v2's weights as constants here took 6 s. Its bytes are
-            # not copied.
-            dtype, shape = src.attr["dtype"].type, value.tensor_shape
+        if weights.is_weight(src, MIN_VARIABLE_ELEMENTS):
+            # served, a weight is a variable read (tensat_tf/io/weights.py), not a constant: Grappler rewrites the
+            # two differently (the failure above happens with reads, not with placeholders), and folding
+            # Inception-ResNet-v2's weights as constants here took 6 s. Its bytes are not copied.
+            dtype, shape = src.attr["dtype"].type, src.attr["value"].tensor.tensor_shape
             handle = placed.node.add(name=f"{src.name}/tensat_handle", op="VarHandleOp", device=device)
             handle.attr["dtype"].type = dtype
             handle.attr["shape"].shape.CopyFrom(shape)
             handle.attr["shared_name"].s = handle.name.encode()
             read = placed.node.add(name=src.name, op="ReadVariableOp", device=device)
             read.attr["dtype"].type = dtype
-            read.input.extend([handle.name] + list(src.input))     # a Const has only control inputs
+            read.input.append(handle.name)
         else:
             node = placed.node.add()
             node.CopyFrom(src)

@@ -5,12 +5,13 @@ the relative difference is max|a-b| / max|a| (element-wise ratios explode on nea
 outputs must match exactly.
 
 Tolerance: rtol (1e-5 for float32), or NOISE_FACTOR times the noise floor when that is larger. The noise floor is the
-larger distance from the original signature of two baselines: the frozen graph with every float weight moved by one
-rounding step (rounding_twin: the model's own float32 sensitivity, which sound weight folds run into), and TF's own
-frozen copy of it: freezing turns variables into constants that
-TF's runtime then folds in another order, which alone moves a deep network's outputs (MobileNetV2: 2.7e-5 relative,
-measured). Our output cannot be held to a tighter bound than TF's own freezing; a wrong rewrite is orders of
-magnitude above either.
+larger distance from the original signature of two baselines (baselines()): the frozen graph with every float weight
+moved by one rounding step (rounding_twin: the model's own float32 sensitivity, which sound weight folds run into),
+and TF running the frozen graph itself: freezing turns the smaller variables into constants that TF's runtime then
+folds in another order, which alone moves a deep network's outputs (MobileNetV2: 1.7e-5 relative, measured). Both
+feed the weights that the output keeps as variables (tensat_tf/io/weights.py), as a served call reads them. Our
+output cannot be held to a tighter bound than TF's own freezing; a wrong rewrite is orders of magnitude above
+either.
 
 When the *original* cannot run on these inputs (a kernel this CPU lacks, such as "Fused conv implementation does not
 support grouped convolutions for now" on CPUs without AVX-512, or an op that raises on random inputs), nothing can
@@ -28,8 +29,9 @@ import numpy as np
 import tensorflow as tf
 
 from tensat_tf import errors
+from tensat_tf.io import weights
 from tensat_tf.io.load import TensorSpec
-from tensat_tf.options import UNKNOWN_DIM
+from tensat_tf.options import MIN_VARIABLE_ELEMENTS, UNKNOWN_DIM
 
 NOISE_FACTOR = 10.0
 ROUNDING_SEED = 12345
@@ -75,9 +77,8 @@ def _feeds_key(feeds: dict) -> str:
 
 def recorded(fn, feeds_list: Sequence[dict]):
     """`fn` run now on each of `feeds_list`, as a function that returns those outputs again for the same feeds (and
-    raises KeyError for others). The noise floor's baselines hold every weight as a constant (TF's frozen copy, the
-    rounding twin: about 10x the weights' bytes once TF has instantiated them), so convert runs them right after
-    loading, keeps their outputs and releases them, rather than holding them through verification."""
+    raises KeyError for others). convert runs the noise floor's baselines right after loading, keeps their outputs
+    and releases them (and their copy of the weights) rather than holding them through verification."""
     table = {_feeds_key(f): {k: v.numpy() for k, v in fn(**f).items()} for f in feeds_list}
 
     def call(**feeds):
@@ -146,40 +147,78 @@ def run_original(fn, sig_name: str, tag: str, feeds: dict) -> dict:
             f"batch {tag}), so nothing can be verified: {_reason(e, fn)}") from None
 
 
-def rounding_twin(graph_def, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec], seed: int = ROUNDING_SEED):
+class _Fed:
+    """A frozen graph run with its weights fed to placeholders (tensat_tf/io/weights.py), as a served call reads
+    them: the weights are one array each, not constants that TF copies into every form of the function it builds."""
+
+    def __init__(self, graph_def, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec], min_elements: int):
+        self.graph, self.values = weights.as_placeholders(graph_def, min_elements)
+        self.inputs, self.outputs = inputs, outputs
+
+    def round_once(self, seed: int) -> None:
+        """Every float constant and weight of two or more elements times 1 +- eps (random sign, seeded, in node
+        order), in place."""
+        rng = np.random.RandomState(seed)
+        for node in self.graph.node:
+            arr = self.values.get(node.name)
+            if arr is not None:
+                arr = np.asarray(arr)
+            elif node.op == "Const":
+                arr = tf.make_ndarray(node.attr["value"].tensor)
+            if arr is None or arr.dtype not in (np.float16, np.float32, np.float64) or arr.size < 2:
+                continue                  # scalars are attributes in all but name (epsilons, exponents)
+            eps = np.finfo(arr.dtype).eps
+            moved = (arr * (1 + eps * rng.choice(np.array([-1.0, 1.0]), size=arr.shape))).astype(arr.dtype)
+            if node.name in self.values:
+                self.values[node.name] = moved
+            else:
+                node.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(moved))
+
+    def function(self):
+        """The graph as a function of keyword inputs -> {key: tensor}, the current weights fed."""
+        graph, names = self.graph, list(self.values)
+
+        def _import():
+            tf.graph_util.import_graph_def(graph, name="")
+        wrapped = tf.compat.v1.wrap_function(_import, [])
+        element = wrapped.graph.as_graph_element
+        fn = wrapped.prune([element(s.tensor) for s in self.inputs] + [element(n + ":0") for n in names],
+                           [element(s.tensor) for s in self.outputs])
+        for n in names:                   # as tensors once, one at a time (each array released as it is converted)
+            self.values[n] = tf.constant(self.values[n])
+        values = [self.values[n] for n in names]
+
+        def call(**feeds):
+            outs = fn(*[feeds[s.key] for s in self.inputs], *values)
+            return dict(zip([s.key for s in self.outputs], outs))
+        return call
+
+
+def rounding_twin(graph_def, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec], seed: int = ROUNDING_SEED,
+                  min_elements: int = MIN_VARIABLE_ELEMENTS):
     """The frozen graph with every float weight moved by one rounding step (each element times 1 +- eps, random sign,
-    seeded): a function of keyword inputs -> {key: tensor}.
+    seeded), its weights fed as a served call reads them: a function of keyword inputs -> {key: tensor}.
 
     Why: sound weight rewrites change rounding. Folding a BatchNorm scale into a conv filter (rules/tf_fold.rules F02)
     rounds every filter element once more, which a deep random-weight network amplifies far beyond TF's own
     freezing noise (zoo:resnet50, 53 folds: 3.3e-4 relative, against 6.9e-6 for freezing). How far one rounding of
     every weight moves the outputs is the model's own float32 sensitivity, measured, not assumed; a wrong rewrite is
     orders of magnitude above it."""
-    gd = tf.compat.v1.GraphDef()
-    gd.CopyFrom(graph_def)
-    rng = np.random.RandomState(seed)
-    for node in gd.node:
-        if node.op != "Const" or node.attr["dtype"].type not in (tf.float16.as_datatype_enum,
-                                                                tf.float32.as_datatype_enum,
-                                                                tf.float64.as_datatype_enum):
-            continue
-        arr = tf.make_ndarray(node.attr["value"].tensor)
-        if arr.size < 2:
-            continue                      # scalars are attributes in all but name (epsilons, exponents)
-        eps = np.finfo(arr.dtype).eps
-        arr = (arr * (1 + eps * rng.choice(np.array([-1.0, 1.0]), size=arr.shape))).astype(arr.dtype)
-        node.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(arr))
+    fed = _Fed(graph_def, inputs, outputs, min_elements)
+    fed.round_once(seed)
+    return fed.function()
 
-    def _import():
-        tf.graph_util.import_graph_def(gd, name="")
-    wrapped = tf.compat.v1.wrap_function(_import, [])
-    fn = wrapped.prune([wrapped.graph.as_graph_element(s.tensor) for s in inputs],
-                       [wrapped.graph.as_graph_element(s.tensor) for s in outputs])
 
-    def call(**feeds):
-        outs = fn(*[feeds[s.key] for s in inputs])
-        return dict(zip([s.key for s in outputs], outs))
-    return call
+def baselines(graph_def, inputs: Sequence[TensorSpec], outputs: Sequence[TensorSpec], feeds_list: Sequence[dict],
+              min_elements: int = MIN_VARIABLE_ELEMENTS, seed: int = ROUNDING_SEED):
+    """The noise floor's two baselines of a frozen graph, run now on `feeds_list` and returned as recorded()
+    functions: TF running the frozen graph as served (its weights fed; its smaller constants folded by TF's runtime
+    in its own order), and its rounding twin. One copy of the weights is held at a time, rounded in place between
+    the two."""
+    fed = _Fed(graph_def, inputs, outputs, min_elements)
+    frozen = recorded(fed.function(), feeds_list)
+    fed.round_once(seed)
+    return frozen, recorded(fed.function(), feeds_list)
 
 
 def check_original(model, batch_sizes: Sequence[int] = (1, 4), seed: int = 0, unknown_dim: int = UNKNOWN_DIM) -> None:

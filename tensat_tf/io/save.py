@@ -37,7 +37,7 @@ from tensorflow.core.protobuf import fingerprint_pb2, saved_model_pb2
 from tensorflow.python.saved_model.pywrap_saved_model import fingerprinting as fingerprinting_pywrap
 
 from tensat_tf import errors, interrupt
-from tensat_tf.io import scan
+from tensat_tf.io import scan, weights
 from tensat_tf.io.load import Signature
 from tensat_tf.options import MIN_VARIABLE_ELEMENTS
 
@@ -56,27 +56,18 @@ def _content_key(arr: np.ndarray) -> bytes:
 
 
 def _split_weights(graph_def, min_elements: int, module: _Exported, by_key: dict):
-    """Copy of graph_def with large Consts turned into Placeholders; returns it and {placeholder tensor: variable}."""
-    gd = tf.compat.v1.GraphDef()
-    gd.CopyFrom(graph_def)
+    """Copy of graph_def with its weights (tensat_tf/io/weights.py) turned into Placeholders; returns it and
+    {placeholder tensor: variable}."""
+    gd, values = weights.as_placeholders(graph_def, min_elements)
     mapping = {}
-    for node in gd.node:
-        if node.op != "Const" or any(i.startswith("^") for i in node.input):
-            continue
-        arr = tf.make_ndarray(node.attr["value"].tensor)
-        if arr.size < min_elements or arr.dtype == object:
-            continue
+    for name in list(values):
+        arr = values.pop(name)              # each array released once its variable holds it
         key = _content_key(arr)
         if key not in by_key:
             var = tf.Variable(arr, trainable=False, name=f"weight_{len(module.weights)}")
             module.weights.append(var)
             by_key[key] = var
-        dtype = node.attr["dtype"].type
-        node.op = "Placeholder"
-        node.ClearField("attr")
-        node.attr["dtype"].type = dtype
-        node.attr["shape"].shape.CopyFrom(tf.TensorShape(arr.shape).as_proto())
-        mapping[node.name + ":0"] = by_key[key]
+        mapping[name + ":0"] = by_key[key]
     return gd, mapping
 
 
