@@ -194,7 +194,8 @@ class TensatPass:
         ingest_mod.load(eg, ing)
         stats.typed_nodes, stats.opaque_nodes = len(ing.typed), len(ing.opaque)
         lap("ingest")
-        model = cost_mod.get_model(o.cost_model, batch_size=o.batch_size, device=o.device, unknown_dim=o.unknown_dim)
+        model = cost_mod.get_model(o.cost_model, batch_size=o.batch_size, device=o.device, unknown_dim=o.unknown_dim,
+                                   min_variable_elements=o.min_variable_elements)
         sat = saturate(eg, self.ruleset, o.budget, progress=self.progress,
                        probe=self._probe(ing, model) if o.probe_seconds > 0 else None)
         stats.saturation = sat.to_json()
@@ -247,9 +248,9 @@ class TensatPass:
         stats.rules_applied = rules_applied(g, exp, res.choice, prep.original, self.ruleset)
         out = emit_mod.emit(ing, exp, res.choice)
         lap("emit")
-        failed = grappler.runtime_error(out, item)
+        failed = grappler.runtime_error(out, item, o.min_variable_elements)
         lap("grappler_check")
-        if failed is not None and grappler.runtime_error(graph_def, item) is None:
+        if failed is not None and grappler.runtime_error(graph_def, item, o.min_variable_elements) is None:
             # TF would run the rewritten graph without that optimizer's fusions: keep what it runs well
             stats.kept_input = f"TF's Grappler fails on the rewritten graph: {failed}"
             stats.rules_applied = {}

@@ -73,7 +73,7 @@ def _record_baselines(run: _Run) -> None:
         feeds = [f for _, f in verify_mod.verification_inputs(sig.inputs, options.verify_batch_sizes, options.seed,
                                                               options.engine.unknown_dim)]
         run.baselines[key] = verify_mod.baselines(sig.graph_def, sig.inputs, sig.outputs, feeds,
-                                                  options.min_variable_elements)
+                                                  options.engine.min_variable_elements)
         gc.collect()
 
 
@@ -81,8 +81,8 @@ def _write_and_verify(run: _Run, staged: str) -> None:
     """Write the SavedModel into `staged`, load it back and verify it against the original signatures."""
     model, options, report = run.model, run.options, run.report
     variables = save_mod.write_saved_model(staged, model.signatures, run.graphs, run.path,
-                                           options.min_variable_elements)
-    report["weights"] = {"variables": variables, "min_variable_elements": options.min_variable_elements}
+                                           options.engine.min_variable_elements)
+    report["weights"] = {"variables": variables, "min_variable_elements": options.engine.min_variable_elements}
     run.watch.lap("save")
     reloaded = tf.saved_model.load(staged)
     pairs = [(name, sig.inputs, sig.outputs, sig.function, reloaded.signatures[name],

@@ -60,7 +60,8 @@ def optimize_graph(graph_def, item: GrapplerItem, optimizers: Sequence[str], **r
     return tf_optimizer.OptimizeGraph(cfg, mg)
 
 
-def runtime_error(graph_def, item: GrapplerItem) -> Optional[str]:
+def runtime_error(graph_def, item: GrapplerItem,
+                  min_variable_elements: int = MIN_VARIABLE_ELEMENTS) -> Optional[str]:
     """The first error TF's default Grappler pipeline meets on `graph_def` placed on the CPU, as a served model runs
     it, or None. At run time Grappler logs an optimizer's error and goes on without that optimizer's rewrites: on
     zoo:real_mobilenetv3_small a rewritten graph made the remapper fail ("Mutation::Apply error: fanout ... exist for
@@ -71,7 +72,7 @@ def runtime_error(graph_def, item: GrapplerItem) -> Optional[str]:
     placed.library.CopyFrom(graph_def.library)
     for src in graph_def.node:
         device = src.device or "/device:CPU:0"
-        if weights.is_weight(src, MIN_VARIABLE_ELEMENTS):
+        if weights.is_weight(src, min_variable_elements):
             # served, a weight is a variable read (tensat_tf/io/weights.py), not a constant: Grappler rewrites the
             # two differently (the failure above happens with reads, not with placeholders), and folding
             # Inception-ResNet-v2's weights as constants here took 6 s. Its bytes are not copied.

@@ -44,7 +44,7 @@ class Budget:
 
 METHODS, SOLVERS, COST_MODELS = ("ilp", "greedy"), ("auto", "cbc", "highs"), ("analytic", "measured")
 # Constants of at least this many elements are saved as variables, the rest stay constants in the graph (the default
-# of Options.min_variable_elements; tensat_tf/io/save.py, and tensat_tf/grappler.py, which mimics a served graph).
+# of EngineOptions.min_variable_elements; tensat_tf/io/weights.py).
 MIN_VARIABLE_ELEMENTS = 1024
 # An unknown dimension other than the batch (a sequence length) is this long wherever a size is needed, unless the
 # user sets EngineOptions.unknown_dim (--unknown_dim): the random inputs of verification and of profiling
@@ -76,6 +76,9 @@ class EngineOptions:
     # the length of every other unknown dim (a sequence length) where a size is needed: pricing here, and in a
     # conversion also verification's and profiling's inputs (UNKNOWN_DIM)
     unknown_dim: int = UNKNOWN_DIM
+    # constants of this many elements or more are saved as variables (tensat_tf/io/weights.py): the pass prices a
+    # served call's reads of them (cost/analytic.py variable_weights_ms) and checks Grappler on them as reads
+    min_variable_elements: int = MIN_VARIABLE_ELEMENTS
     # > 1 multiplies the cost of every original e-node, so extraction takes rewritten forms wherever the e-graph has
     # them: a soundness check of the rules on a real model (verification must still pass), not an optimization
     original_cost_factor: float = 1.0
@@ -85,6 +88,7 @@ class EngineOptions:
         b = self.budget
         for name, value in (("iterations", b.iterations), ("node_limit", b.node_limit),
                             ("batch_size", self.batch_size), ("unknown_dim", self.unknown_dim),
+                            ("min_variable_elements", self.min_variable_elements),
                             ("ban_length", b.ban_length),
                             ("patience", 1 if b.patience is None else b.patience)):
             if value < 1:
@@ -119,7 +123,6 @@ class Options:
     verify_batch_sizes: Sequence[int] = (1, 4)
     seed: int = 0
     rtol: Optional[float] = None
-    min_variable_elements: int = MIN_VARIABLE_ELEMENTS     # larger constants are saved as variables
     tags: Sequence[str] = ("serve",)
     allow_ops: Sequence[str] = ()       # ops with effects outside the graph to accept anyway (tensat_tf/io/scan.py)
     engine: EngineOptions = EngineOptions()

@@ -302,3 +302,8 @@ def test_a_variable_weight_is_reordered_on_every_call_where_onednn_keeps_only_co
     assert 2 * CPU.variable_weight_ms("Conv2D", 4096, 1024) == pytest.approx(
         CPU.variable_weight_ms("Conv2D", 8192, 1024))
     assert analytic.CPU_EIGEN.variable_weight_ms("Conv2D", 10 ** 6, 1024) == 0.0
+    # --min_variable_elements reaches the price: above every weight's size, all are Consts, reordered once
+    from tensat_tf.cost import get_model
+    assert get_model(device=CPU, min_variable_elements=2 ** 40).costs(g) == old
+    mid = get_model(device=CPU, min_variable_elements=512 * 1024).costs(g)
+    assert mid[2] == new[2] and mid[11] == new[11] and mid[7] == old[7]

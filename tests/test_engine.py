@@ -275,7 +275,7 @@ def test_pass_keeps_its_input_when_tf_grappler_fails_on_the_rewritten_graph(monk
     from tensat_tf.passes.tensat import TensatPass
     gd, item = conv_scale_bias_relu(40)     # 1,080 weights: served as a variable
     real = grappler.runtime_error
-    monkeypatch.setattr(grappler, "runtime_error", lambda g, it: "boom" if g is not gd else real(g, it))
+    monkeypatch.setattr(grappler, "runtime_error", lambda g, it, n: "boom" if g is not gd else real(g, it, n))
     p = TensatPass(EngineOptions(enable_rules=["tf-fold"]))
     out = p.optimize(gd, item)
     assert out is gd and p.stats.kept_input == "TF's Grappler fails on the rewritten graph: boom"

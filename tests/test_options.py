@@ -74,16 +74,22 @@ def test_flags_become_one_checked_options():
     try:
         FLAGS.unparse_flags()
         FLAGS(["prog", "--rules=merge,tf-fold", "--noprofile", "--verify_batch_sizes=2,5", "--iterations=4",
-               "--profile_threads=default", "--warmup", "--signatures=serving_default", "--unknown_dim=128"])
+               "--profile_threads=default", "--warmup", "--signatures=serving_default", "--unknown_dim=128",
+               "--min_variable_elements=4096"])
         o = convert_cmd.options_from_flags()
         assert o == Options(signatures=("serving_default",), verify_batch_sizes=(2, 5), profile=False,
                             profile_threads=(0,), warmup=True,
                             engine=EngineOptions(enable_rules=("merge", "tf-fold"), unknown_dim=128,
+                                                 min_variable_elements=4096,
                                                  budget=Budget(iterations=4, seconds=60.0)))
         assert Options.from_json(json.loads(json.dumps(o.to_json()))) == o
         FLAGS.unparse_flags()
         FLAGS(["prog", "--ilp_seconds=0"])
         with pytest.raises(errors.BadInput, match="--ilp_seconds must be > 0"):
+            convert_cmd.options_from_flags()
+        FLAGS.unparse_flags()
+        FLAGS(["prog", "--min_variable_elements=0"])
+        with pytest.raises(errors.BadInput, match="--min_variable_elements must be >= 1"):
             convert_cmd.options_from_flags()
     finally:
         FLAGS.unparse_flags()

@@ -10,7 +10,7 @@ from absl import flags
 from tensat_tf import errors
 from tensat_tf import report as report_file
 from tensat_tf.cli import deploy_flags, engine_flags
-from tensat_tf.options import MIN_VARIABLE_ELEMENTS, Options
+from tensat_tf.options import Options
 
 FLAGS = flags.FLAGS
 flags.DEFINE_string("output_dir", None, "Where the optimized SavedModel is published (must be absent or empty).")
@@ -46,7 +46,6 @@ flags.DEFINE_float("profile_seconds", 8.0, "Measuring time per signature for the
                                             "decide anything.")
 flags.DEFINE_float("profile_margin", 0.02, "Smallest speedup that counts: 'faster' needs the confidence interval of "
                                            "the median block ratio above 1 + margin.")
-flags.DEFINE_integer("min_variable_elements", MIN_VARIABLE_ELEMENTS, "Constants with at least this many elements become variables.")
 flags.DEFINE_list("allow_ops", [], "Accept these ops although they have effects outside the graph (files, network, "
                                    "Python, debug output; see tensat_tf/io/scan.py). Without it such a model is "
                                    "refused (exit 17) before anything of it runs.")
@@ -162,7 +161,7 @@ def options_from_flags(serving_mode: bool = False) -> Options:
         signatures=None if FLAGS.signatures is None else tuple(FLAGS.signatures), overwrite=FLAGS.overwrite,
         canonicalize=FLAGS.canonicalize, fold_shapes=FLAGS.fold_shapes, grouped_conv=FLAGS.grouped_conv,
         verify_batch_sizes=verify_batch_sizes,
-        seed=FLAGS.seed, rtol=FLAGS.rtol, min_variable_elements=FLAGS.min_variable_elements, tags=tuple(FLAGS.tags),
+        seed=FLAGS.seed, rtol=FLAGS.rtol, tags=tuple(FLAGS.tags),
         allow_ops=tuple(FLAGS.allow_ops), engine=engine_flags.engine_from_flags(), profile=FLAGS.profile,
         profile_batch_sizes=profile_batch_sizes, profile_threads=profile_threads,
         profile_seconds=FLAGS.profile_seconds, profile_margin=FLAGS.profile_margin,

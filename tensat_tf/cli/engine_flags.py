@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from absl import flags
 
-from tensat_tf.options import UNKNOWN_DIM, Budget, EngineOptions
+from tensat_tf.options import MIN_VARIABLE_ELEMENTS, UNKNOWN_DIM, Budget, EngineOptions
 
 FLAGS = flags.FLAGS
 flags.DEFINE_list("rules", None, "Rule names or families to enable (default: tensat, tf-fold, merge, einsum).")
@@ -43,6 +43,9 @@ flags.DEFINE_integer("unknown_dim", UNKNOWN_DIM, "Length of every other unknown 
                                                  "costs are evaluated and, in a conversion, verification and the "
                                                  "profile decision feed inputs. Set it to the length the model is "
                                                  "served at: what extraction prefers depends on it.")
+flags.DEFINE_integer("min_variable_elements", MIN_VARIABLE_ELEMENTS, "Constants with at least this many elements are "
+                     "saved as variables (the rest stay constants in the graph); costs price a served call's reads "
+                     "of them.")
 
 
 def engine_options() -> EngineOptions:
@@ -56,7 +59,8 @@ def engine_from_flags() -> EngineOptions:
         enable_rules=None if FLAGS.rules is None else tuple(FLAGS.rules), disable_rules=tuple(FLAGS.disable_rules),
         rules_files=tuple(FLAGS.rules_file), budget=budget_from_flags(),
         method=FLAGS.method, ilp_seconds=FLAGS.ilp_seconds, probe_seconds=FLAGS.probe_seconds, solver=FLAGS.solver,
-        cost_model=FLAGS.cost_model, device=FLAGS.device, batch_size=FLAGS.batch_size, unknown_dim=FLAGS.unknown_dim)
+        cost_model=FLAGS.cost_model, device=FLAGS.device, batch_size=FLAGS.batch_size, unknown_dim=FLAGS.unknown_dim,
+        min_variable_elements=FLAGS.min_variable_elements)
 
 
 def budget_from_flags() -> Budget:

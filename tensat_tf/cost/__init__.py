@@ -15,7 +15,7 @@ from tensat_tf.cost import analytic
 from tensat_tf.cost.analytic import CPU, GPU, DEVICES, Device, constant_classes, node_cost, device_named
 from tensat_tf.egraph.data import Fused
 from tensat_tf.egraph.export import Exported
-from tensat_tf.options import UNKNOWN_DIM
+from tensat_tf.options import MIN_VARIABLE_ELEMENTS, UNKNOWN_DIM
 
 
 MODELS = ("analytic", "measured")
@@ -34,27 +34,31 @@ class CostModel(Protocol):
 
 
 class AnalyticCostModel:
-    """analytic.costs bound to a batch size, the length of other unknown dims and a Device (the object form
-    get_model returns)."""
+    """analytic.costs bound to a batch size, the length of other unknown dims, a Device and the size from which
+    constants are saved as variables (the object form get_model returns)."""
 
-    def __init__(self, batch_size: int = 1, device: Device | str = CPU, unknown_dim: int = UNKNOWN_DIM):
+    def __init__(self, batch_size: int = 1, device: Device | str = CPU, unknown_dim: int = UNKNOWN_DIM,
+                 min_variable_elements: int = MIN_VARIABLE_ELEMENTS):
         self.batch_size = batch_size
         self.device = device_named(device)
         self.unknown_dim = unknown_dim
+        self.min_variable_elements = min_variable_elements
 
     def costs(self, exp: Exported, batch_size: Optional[int] = None) -> list[float]:
         return analytic.costs(exp, self.batch_size if batch_size is None else batch_size, self.device,
-                              unknown_dim=self.unknown_dim)
+                              unknown_dim=self.unknown_dim, min_variable_elements=self.min_variable_elements)
 
     def priced(self, exp: Exported, batch_size: Optional[int] = None) -> tuple[list[float], dict[int, Fused]]:
         return analytic.priced(exp, self.batch_size if batch_size is None else batch_size, self.device,
-                               self.unknown_dim)
+                               self.unknown_dim, self.min_variable_elements)
 
 
 def get_model(name: str = "analytic", batch_size: int = 1, device: Device | str | None = None,
-              cache_path: Optional[str] = None, unknown_dim: int = UNKNOWN_DIM) -> CostModel:
+              cache_path: Optional[str] = None, unknown_dim: int = UNKNOWN_DIM,
+              min_variable_elements: int = MIN_VARIABLE_ELEMENTS) -> CostModel:
     """The cost model called `name` ('analytic' or 'measured'), pricing at `batch_size` and every other unknown dim
-    at `unknown_dim` (options.EngineOptions.unknown_dim).
+    at `unknown_dim` (options.EngineOptions.unknown_dim); the analytic model prices a served call's reads of the
+    constants the output saves as variables (min_variable_elements; the measured one times ops on constants).
 
     device: a Device, a name in DEVICES ('cpu', 'cpu-eigen', 'gpu', 'gpu-t4', 'gpu-h100') or 'auto'; by default
     ('auto', None) the CPU profile of the TF runtime in this process (analytic.runtime_cpu) for the analytic model
@@ -62,7 +66,8 @@ def get_model(name: str = "analytic", batch_size: int = 1, device: Device | str 
     cache_path: the measured model's cache file (default: see tensat_tf.cost.measured.default_cache_path).
     """
     if name == "analytic":
-        return AnalyticCostModel(batch_size, analytic.AUTO if device is None else device, unknown_dim)
+        return AnalyticCostModel(batch_size, analytic.AUTO if device is None else device, unknown_dim,
+                                 min_variable_elements)
     if name == "measured":
         from tensat_tf.cost.measured import MeasuredCostModel   # imports TensorFlow
         return MeasuredCostModel(cache_path, batch_size,

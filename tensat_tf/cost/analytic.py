@@ -248,12 +248,13 @@ def node_cost(term: str, payload, in_shapes: Optional[Sequence[Shape]], out_shap
 WEIGHTED = frozenset({"Conv2D", "DepthwiseConv2dNative", "MatMul", "BatchMatMulV2", "Einsum"})
 
 
-def variable_weights_ms(node, in_shapes: Optional[Sequence[Shape]], const: set[int], device: Device) -> float:
-    """What a contraction pays per call to reorder its constant operands that the output saves as variables; the
-    price assumes the default --min_variable_elements."""
+def variable_weights_ms(node, in_shapes: Optional[Sequence[Shape]], const: set[int], device: Device,
+                        min_variable_elements: int = MIN_VARIABLE_ELEMENTS) -> float:
+    """What a contraction pays per call to reorder its constant operands that the output saves as variables (those
+    of min_variable_elements elements or more)."""
     if node.op not in WEIGHTED or in_shapes is None:
         return 0.0
-    return sum(device.variable_weight_ms(node.op, numel(s), MIN_VARIABLE_ELEMENTS)
+    return sum(device.variable_weight_ms(node.op, numel(s), min_variable_elements)
                for c, s in zip(node.children, in_shapes) if c in const)
 
 
@@ -341,19 +342,20 @@ def fusion_terms(exp: Exported, costs_ms: list[float], batch_size: int, device: 
 
 
 def costs(exp: Exported, batch_size: int = 1, device: Device = CPU, fusion: bool = True,
-          unknown_dim: int = UNKNOWN_DIM) -> list[float]:
+          unknown_dim: int = UNKNOWN_DIM, min_variable_elements: int = MIN_VARIABLE_ELEMENTS) -> list[float]:
     """One cost (ms) per e-node of exp.egraph, index-aligned with exp.egraph.nodes, an unknown dim other than the
-    batch at unknown_dim.
+    batch at unknown_dim, constants of min_variable_elements or more read as the variables the output saves.
 
     fusion: price the epilogues the runtime fuses into contractions (those of device.fused_contractions). Either
     way a form TF's remapper fails on costs fusion.HAZARD_MS more (with_hazards).
     """
     device = device_named(device)
-    out = _node_costs(exp, batch_size, device, unknown_dim)
+    out = _node_costs(exp, batch_size, device, unknown_dim, min_variable_elements)
     return with_hazards(exp, apply_fusion(exp, out, batch_size, device, unknown_dim) if fusion else out, device)
 
 
-def _node_costs(exp: Exported, batch_size: int, device: Device, unknown_dim: int = UNKNOWN_DIM) -> list[float]:
+def _node_costs(exp: Exported, batch_size: int, device: Device, unknown_dim: int = UNKNOWN_DIM,
+                min_variable_elements: int = MIN_VARIABLE_ELEMENTS) -> list[float]:
     """Each e-node priced alone (node_cost)."""
     const = constant_classes(exp.egraph)
     out = []
@@ -367,7 +369,8 @@ def _node_costs(exp: Exported, batch_size: int, device: Device, unknown_dim: int
             continue
         in_shapes, out_shape = node_shapes(exp, i, batch_size, unknown_dim, resolved)
         out.append(_node_cost_of(n.op, n.payload, None if in_shapes is None else tuple(in_shapes), out_shape,
-                                 batch_size, device) + variable_weights_ms(n, in_shapes, const, device))
+                                 batch_size, device)
+                   + variable_weights_ms(n, in_shapes, const, device, min_variable_elements))
     return out
 
 
@@ -396,10 +399,11 @@ def predicted_gain(cost_before_ms: float, cost_after_ms: float, device: Device =
     return (cost_before_ms + call) / (cost_after_ms + call)
 
 
-def priced(exp: Exported, batch_size: int = 1, device: Device = CPU,
-           unknown_dim: int = UNKNOWN_DIM) -> tuple[list[float], dict[int, Fused]]:
+def priced(exp: Exported, batch_size: int = 1, device: Device = CPU, unknown_dim: int = UNKNOWN_DIM,
+           min_variable_elements: int = MIN_VARIABLE_ELEMENTS) -> tuple[list[float], dict[int, Fused]]:
     """costs() and the terms of its fused nodes (fusion_terms): what extraction needs."""
     device = device_named(device)
-    out, fused = fusion_terms(exp, _node_costs(exp, batch_size, device, unknown_dim), batch_size, device, unknown_dim)
+    out, fused = fusion_terms(exp, _node_costs(exp, batch_size, device, unknown_dim, min_variable_elements),
+                              batch_size, device, unknown_dim)
     return with_hazards(exp, out, device), fused
 
