@@ -114,3 +114,25 @@ def test_a_broadcast_product_takes_the_dims_that_are_not_one():
     sizes.attach(exp, {"x:0": (b, 4, 4, 8), "r:0": (b, 4, 4, 1)}, {"x:0": "x", "r:0": "r"}, frozenset({1}))
     assert exp.sizes[2] == (b, 4, 4, 8)
     assert exp.sizes[3] == (S.mul(16, b), 8)
+
+
+def test_a_broadcast_the_shape_analysis_leaves_out_gets_its_shape_and_a_full_price():
+    """A product of a layer norm's gamma [1, 1, C] and its row statistic [b, t, 1] (what rule S042 makes) is a full
+    [b, t, C]: the e-graph's analysis derives no shape for it, and unshaped it was priced as one op's fixed cost,
+    which made that form look cheaper than the centred layer norm. An undecided dim (an unknown -1 against a size)
+    stays unshaped; so does a class that is not a tensor."""
+    nodes = [ENode("Weight", 0, (), 0.0, (0,)), ENode("Input", 1, (), 0.0, ("m",)),
+             ENode("Mul", 2, (0, 1), 0.0, ()), ENode("Neg", 3, (2,), 0.0, ()),
+             ENode("Input", 4, (), 0.0, ("u",)), ENode("AddV2", 5, (4, 0), 0.0, ()),
+             ENode("AddV2", 6, (0, 2), 0.0, ())]
+    g = EGraphData.build(nodes, [3, 5, 6])
+    shapes = {0: (1, 1, 768), 1: (-2, -3, 1), 4: (-2, -1)}
+    exp = Exported(g, {}, dict(shapes), ["Tensor"] * 7)
+    unshaped = analytic.costs(exp, device=analytic.CPU, unknown_dim=128)
+    sizes.complete_shapes(exp)
+    assert exp.shapes[2] == (-2, -3, 768) and exp.shapes[3] == (-2, -3, 768) and exp.shapes[6] == (-2, -3, 768)
+    assert 5 not in exp.shapes                       # -1 against 768: undecided
+    priced = analytic.costs(exp, device=analytic.CPU, unknown_dim=128)
+    full = analytic.node_cost("Mul", (), [(1, 1, 768), (1, 128, 1)], (1, 128, 768), 1, analytic.CPU)
+    assert priced[2] == pytest.approx(full) and priced[2] > 10 * unshaped[2]
+    assert sizes._broadcast((4, 1), (3, 1, 5)) == (3, 4, 5) and sizes._broadcast((2, 3), (3, 3)) is None

@@ -331,13 +331,18 @@ def fusion_terms(exp: Exported, costs_ms: list[float], batch_size: int, device: 
         if costs_ms[i] > out[i]:
             terms[i] = Fused(site.reads, costs_ms[i] - out[i], site.producers, site.partners)
     if device.fused_matmul_us:
-        # a MatMul's bias is fused by the runtime whatever extraction does, so it is a plain price, not a Fused term
-        # (which can only make a node cheaper): dearer than a separate BiasAdd on a few rows, cheaper on many
-        for i in fusion.matmul_biases(exp, device.onednn):
+        # a MatMul's bias is fused by the runtime wherever extraction computes its input with a MatMul, so it is
+        # priced fused: dearer than a separate BiasAdd on a few rows, cheaper on many. Its Fused term says what that
+        # needs (its extra only what the separate op costs more, never less): an activation on the bias runs alone
+        # when the bias does (extract/dag.py unfused). Without it a rewrite that leaves the MatMul's class computed
+        # by an AddV2 (F27b on ConvNeXt-Tiny: AddV2(MatMul, beta W) then the Dense's BiasAdd) had its exact GELU
+        # priced fused and ran three unfused (480 us, 2.5 % slower measured)
+        for i, site in fusion.matmul_bias_sites(exp, device.onednn).items():
             if not is_folded(exp.egraph.nodes[i], const):
                 in_shapes, out_shape = node_shapes(exp, i, batch_size, unknown_dim, resolved)
                 out[i] = device.fused_matmul_us * 1e-3 + fused_cost(exp.egraph.nodes[i].op, in_shapes, out_shape,
                                                                     device)
+                terms[i] = Fused(site.reads, max(0.0, costs_ms[i] - out[i]), site.producers, site.partners)
     return out, terms
 
 

@@ -272,11 +272,16 @@ def _swish_sites(v: _View, contractions, fused: dict) -> None:
             break
 
 
+def matmul_bias_sites(exp: Exported, onednn: bool = True) -> dict[int, Site]:
+    """The bias nodes (BiasAdd; with oneDNN, a bias-semantic AddV2 too) on a class that a MatMul computes, with their
+    Site: the remapper runs each with its MatMul as one fused kernel (module docstring, "MatMul") where the extracted
+    program computes that class with the MatMul."""
+    return {i: site for i, site in fusion_sites(exp, frozenset({"MatMul"}), (), onednn).items() if site.kind == "bias"}
+
+
 def matmul_biases(exp: Exported, onednn: bool = True) -> frozenset[int]:
-    """The bias nodes (BiasAdd; with oneDNN, a bias-semantic AddV2 too) on a class that a MatMul computes: the
-    remapper runs each with its MatMul as one fused kernel (module docstring, "MatMul")."""
-    return frozenset(i for i, site in fusion_sites(exp, frozenset({"MatMul"}), (), onednn).items()
-                     if site.kind == "bias")
+    """The nodes of matmul_bias_sites."""
+    return frozenset(matmul_bias_sites(exp, onednn))
 
 
 def remapper_hazards(exp: Exported, contractions=CONTRACTIONS) -> frozenset[int]:
