@@ -307,3 +307,15 @@ def test_a_variable_weight_is_reordered_on_every_call_where_onednn_keeps_only_co
     assert get_model(device=CPU, min_variable_elements=2 ** 40).costs(g) == old
     mid = get_model(device=CPU, min_variable_elements=512 * 1024).costs(g)
     assert mid[2] == new[2] and mid[11] == new[11] and mid[7] == old[7]
+
+
+def test_an_outer_product_broadcast_costs_what_a_row_broadcast_does():
+    """Both operands broadcast ([1,1,C] x [1,T,1], a layer norm's gamma times its row statistic): it reads almost
+    nothing but runs as slowly per output element as a broadcast of one output-sized operand (measured 31.4 us at
+    [1,128,768] against 24.0 for a row vector and 10.9 for same-shape operands, one thread)."""
+    from tensat_tf.cost import analytic
+    out = (1, 128, 768)
+    outer = analytic.node_cost("Mul", (), [(1, 1, 768), (1, 128, 1)], out)
+    row = analytic.node_cost("Mul", (), [out, (1, 128, 1)], out)
+    same = analytic.node_cost("Mul", (), [out, out], out)
+    assert outer == pytest.approx(row, rel=0.02) and outer > 1.5 * same

@@ -239,6 +239,12 @@ def node_cost(term: str, payload, in_shapes: Optional[Sequence[Shape]], out_shap
         # does a 1x1 depthwise conv (rule F30), as fast as a broadcast Mul but for its fixed cost (cost/fusion.py,
         # "depthwise")
         bandwidth *= device.broadcast_efficiency
+        if term in _BINARY_ELEMENTWISE and out is not None and max(numel(s) for s in ins) < numel(out):
+            # both operands broadcast (an outer product: a layer norm's gamma [1,1,C] times its row statistic
+            # [b,t,1]): it runs as slowly per output element as a broadcast that reads one output-sized operand,
+            # not at the bytes it reads (one thread, /tmp script: 31.4 us at [1,128,768] against 24.0 for a row and
+            # 10.9 for same-shape operands; 98.5 / 70.9 / 33.1 at [1,3136,96]; BENCHMARKS.md, 2026-12-05)
+            nbytes += DTYPE_BYTES * numel(out)
     compute_ms = flops / (device.peak_gflops * 1e6) + outputs * device.depthwise_ns_per_output * 1e-6
     memory_ms = nbytes / (bandwidth * 1e6)
     return max(compute_ms, memory_ms) + device.overhead_ms(term)
