@@ -72,8 +72,13 @@ def _record_baselines(run: _Run) -> None:
             continue
         feeds = [f for _, f in verify_mod.verification_inputs(sig.inputs, options.verify_batch_sizes, options.seed,
                                                               options.engine.unknown_dim)]
-        run.baselines[key] = verify_mod.baselines(sig.graph_def, sig.inputs, sig.outputs, feeds,
-                                                  options.engine.min_variable_elements)
+        try:
+            run.baselines[key] = verify_mod.baselines(sig.graph_def, sig.inputs, sig.outputs, feeds,
+                                                      options.engine.min_variable_elements)
+        except (ValueError, tf.errors.OpError) as e:
+            # the original ran on these inputs (check_original): its frozen graph does not, so it cannot be converted
+            line = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise errors.UnsupportedSignature(f"signature '{name}': TF cannot run its frozen graph: {line}") from None
         gc.collect()
 
 

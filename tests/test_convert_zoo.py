@@ -150,3 +150,16 @@ def test_wrong_graph_fails_verification_and_writes_nothing(zoo_cache, tmp_path, 
         convert("zoo:mlp", out, Options())
     assert not os.path.exists(out)
     assert not [f for f in os.listdir(tmp_path) if f.startswith(".tensat_tf-")]
+
+
+def test_a_frozen_graph_tf_cannot_run_is_an_unsupported_signature(zoo_cache, tmp_path, monkeypatch):
+    """The original ran (check_original) but its frozen graph does not: one clear error (exit 15), nothing written."""
+    from tensat_tf import errors, verify
+
+    def fails(*args, **kwargs):
+        raise tf.errors.InvalidArgumentError(None, None, "no kernel for this frozen op\nsecond line")
+    monkeypatch.setattr(verify, "baselines", fails)
+    out = str(tmp_path / "out")
+    with pytest.raises(errors.UnsupportedSignature, match="TF cannot run its frozen graph: no kernel for this frozen"):
+        convert("zoo:mlp", out, Options())
+    assert not os.path.exists(out)
