@@ -162,6 +162,8 @@ class Options:
         data = {k: _tuples(v) for k, v in data.items()}
         engine = dict(data.pop("engine", {}))
         engine["budget"] = Budget(**engine.pop("budget", {}))
+        if "min_variable_elements" in data:     # written before it became an engine option (the pass prices it)
+            engine.setdefault("min_variable_elements", data.pop("min_variable_elements"))
         return cls(engine=EngineOptions(**engine), **data)
 
 

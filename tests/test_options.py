@@ -83,6 +83,9 @@ def test_flags_become_one_checked_options():
                                                  min_variable_elements=4096,
                                                  budget=Budget(iterations=4, seconds=60.0)))
         assert Options.from_json(json.loads(json.dumps(o.to_json()))) == o
+        older = o.to_json()                      # as written before min_variable_elements was an engine option
+        older["min_variable_elements"] = older["engine"].pop("min_variable_elements")
+        assert Options.from_json(json.loads(json.dumps(older))) == o
         FLAGS.unparse_flags()
         FLAGS(["prog", "--ilp_seconds=0"])
         with pytest.raises(errors.BadInput, match="--ilp_seconds must be > 0"):
