@@ -77,8 +77,8 @@ def _record_baselines(run: _Run) -> None:
                                                       options.engine.min_variable_elements)
         except (ValueError, tf.errors.OpError) as e:
             # the original ran on these inputs (check_original): its frozen graph does not, so it cannot be converted
-            line = (str(e).strip().splitlines() or [type(e).__name__])[0]
-            raise errors.UnsupportedSignature(f"signature '{name}': TF cannot run its frozen graph: {line}") from None
+            raise errors.UnsupportedSignature(f"signature '{name}': TF cannot run its frozen graph: "
+                                              f"{errors.first_line(e)}") from None
         gc.collect()
 
 
@@ -215,7 +215,7 @@ def convert(src: str, output_dir: str, options: Options = Options()) -> dict:
     if options.emit_onnx:
         onnx_export.pick_signature(list(model.signatures), options.onnx_signature)    # fail before the work
     watch.lap("load_freeze")
-    stage("running the noise floor's baselines (TF's frozen copy, the rounding twin)")
+    stage("running the noise floor's baselines (the frozen graph, its rounding twin)")
     _record_baselines(run)
     watch.lap("baselines")
     interrupt.check()

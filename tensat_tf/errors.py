@@ -4,6 +4,12 @@ Scripts rely on these codes: they are listed in the README and must not be renum
 """
 
 
+def first_line(e: BaseException) -> str:
+    """The first line of an exception's text (TF's errors run to many), or its type's name when it has none."""
+    text = str(e).strip()
+    return text.splitlines()[0] if text else type(e).__name__
+
+
 class TensatError(Exception):
     """Base class: a failure that the CLI reports as one line and a distinct exit code."""
     exit_code = 1

@@ -224,8 +224,8 @@ def baselines(graph_def, inputs: Sequence[TensorSpec], outputs: Sequence[TensorS
 def check_original(model, batch_sizes: Sequence[int] = (1, 4), seed: int = 0, unknown_dim: int = UNKNOWN_DIM) -> None:
     """Run every original signature of a LoadedModel on verification's inputs (before any optimization work)."""
     for name, sig in sorted(model.signatures.items()):
-        for b in batch_sizes:
-            run_original(sig.function, name, str(b), random_inputs(sig.inputs, b, seed + b, unknown_dim))
+        for tag, feeds in verification_inputs(sig.inputs, batch_sizes, seed, unknown_dim):
+            run_original(sig.function, name, tag, feeds)
 
 
 def verify(pairs, batch_sizes: Sequence[int] = (1, 4), seed: int = 0, rtol: Optional[float] = None,

@@ -150,7 +150,8 @@ def test_a_gelu_on_a_matmul_bias_runs_alone_where_extraction_computes_the_matmul
     assert dag.unfused(g, with_matmul) == set()
     assert dag.unfused(g, with_add) >= gelu_nodes | {ops.index(("BiasAdd", 4))}
     extra = sum(g.fused[i].extra for i in gelu_nodes)
-    assert extra > 0 and dag.dag_cost(g, with_add) >= dag.dag_cost(g, with_matmul) - costs[ops.index(("MatMul", 3))] + extra
+    matmul = costs[ops.index(("MatMul", 3))]
+    assert extra > 0 and dag.dag_cost(g, with_add) >= dag.dag_cost(g, with_matmul) - matmul + extra
 
 
 def test_a_bias_semantic_addv2_on_a_contraction_is_a_hazard_the_biasadd_is_not():
@@ -294,10 +295,10 @@ def test_without_onednn_only_the_generic_fusions():
     assert eigen_sites(chain()) == eigen_sites(chain(act="ReluSix")) == {4: "bias", 5: "act"}
     assert eigen_sites(chain(bias_op="AddV2")) == {}
     assert eigen_sites(chain(**dw)) == {}
-    # a MatMul's bias is priced as the fused kernel's fixed extra (matmul_biases), whichever runtime: a BiasAdd
-    assert fusion.matmul_biases(chain(**mm), onednn=False) == {4}
-    assert fusion.matmul_biases(chain(bias_op="AddV2", **mm), onednn=False) == frozenset()
-    assert fusion.matmul_biases(chain(bias_op="AddV2", **mm)) == {4}
+    # a MatMul's bias is priced as the fused kernel's fixed extra (matmul_bias_sites), whichever runtime: a BiasAdd
+    assert set(fusion.matmul_bias_sites(chain(**mm), onednn=False)) == {4}
+    assert set(fusion.matmul_bias_sites(chain(bias_op="AddV2", **mm), onednn=False)) == set()
+    assert set(fusion.matmul_bias_sites(chain(bias_op="AddV2", **mm))) == {4}
     assert fusion.fused_nodes(chain(act="Tanh", **mm), frozenset({"MatMul"}), (), onednn=False) == {4: "bias"}
     assert fusion.fused_nodes(chain(act="Tanh", **mm), frozenset({"MatMul"}), ()) == {4: "bias", 5: "act"}
     assert eigen_sites(swish()) == {4: "bias"}
@@ -368,5 +369,5 @@ def test_a_matmul_bias_costs_a_fixed_extra_that_pays_only_on_many_rows():
         fused, separate = analytic.costs(chain(**mm))[4], analytic.costs(chain(**mm), fusion=False)[4]
         assert (fused > separate) == fused_dearer, (rows, fused, separate)
     # only on a class a MatMul computes: a BiasAdd on a Conv2D's output keeps its own price
-    assert fusion.matmul_biases(chain()) == frozenset()
-    assert fusion.matmul_biases(chain(contraction="MatMul", x=(8, 16), w=(16, 32), y=(8, 32))) == {4}
+    assert set(fusion.matmul_bias_sites(chain())) == set()
+    assert set(fusion.matmul_bias_sites(chain(contraction="MatMul", x=(8, 16), w=(16, 32), y=(8, 32)))) == {4}

@@ -58,18 +58,12 @@ def complete_shapes(exp: Exported) -> None:
 
 
 def _broadcast(a: tuple, b: tuple) -> Optional[tuple]:
-    """numpy's broadcast of two shapes (right-aligned), or None where a dim is undecided."""
+    """numpy's broadcast of two shapes (right-aligned, each dim by symbolic.broadcast), or None where a dim is
+    undecided."""
     rank = max(len(a), len(b))
     a, b = (1,) * (rank - len(a)) + tuple(a), (1,) * (rank - len(b)) + tuple(b)
-    out = []
-    for x, y in zip(a, b):
-        if x == y or y == 1:
-            out.append(x)
-        elif x == 1:
-            out.append(y)
-        else:
-            return None
-    return tuple(out)
+    dims = [symbolic.broadcast(x, y) for x, y in zip(a, b)]
+    return None if None in dims else tuple(dims)
 
 
 def attach(exp: Exported, sizes: dict, output_lets: dict, batch_bases: frozenset) -> None:

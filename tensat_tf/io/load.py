@@ -105,13 +105,7 @@ def _check_variables(path: str, sm) -> None:
         for name in sorted(reader.get_variable_to_shape_map()):
             reader.get_tensor(name)       # reads every shard: a truncated data file fails here
     except (tf.errors.OpError, ValueError, IndexError, OSError, RuntimeError) as e:
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise errors.BadVariables(f"variables unreadable in {path}: {msg}") from None
-
-
-def _first_line(e: BaseException) -> str:
-    text = str(e).strip()
-    return text.splitlines()[0] if text else type(e).__name__
+        raise errors.BadVariables(f"variables unreadable in {path}: {errors.first_line(e)}") from None
 
 
 def _freeze(fn) -> tuple[tf.compat.v1.GraphDef, list, list]:
@@ -192,7 +186,7 @@ def load(path: str, tags: Sequence[str] = ("serve",), only: Optional[Sequence[st
         loaded = tf.saved_model.load(path, tags=list(tags) if tags else None)
     except Exception as e:  # noqa: BLE001 - a damaged object graph makes TF's loader raise anything (TypeError,
         # AttributeError, NotEncodableError: tests/test_fuzz.py); the file parsed, so TF cannot load what it holds
-        raise errors.CorruptSavedModel(f"cannot load SavedModel {path}: {type(e).__name__}: {_first_line(e)}") \
+        raise errors.CorruptSavedModel(f"cannot load SavedModel {path}: {type(e).__name__}: {errors.first_line(e)}") \
             from None
     names = sorted(loaded.signatures.keys())
     if not names:
@@ -212,10 +206,10 @@ def load(path: str, tags: Sequence[str] = ("serve",), only: Optional[Sequence[st
                 continue
             gd, frozen_in, frozen_out = _freeze(fn)
         except (ValueError, tf.errors.OpError) as e:
-            raise errors.UnsupportedSignature(f"signature '{name}' cannot be frozen: {_first_line(e)}") from None
+            raise errors.UnsupportedSignature(f"signature '{name}' cannot be frozen: {errors.first_line(e)}") from None
         except Exception as e:  # noqa: BLE001 - as above: a damaged function library
             raise errors.CorruptSavedModel(f"signature '{name}' of {path} cannot be frozen: "
-                                           f"{type(e).__name__}: {_first_line(e)}") from None
+                                           f"{type(e).__name__}: {errors.first_line(e)}") from None
         inputs, outputs = _io_table(fn, frozen_in, frozen_out, name)
         sigs[name] = frozen[key] = Signature(name, gd, inputs, outputs, fn)
     return LoadedModel(path, sigs, skipped, loaded)
