@@ -9,8 +9,13 @@ Each application is built by keras.applications (weights=None, include_top, at -
 accepts), its weights randomized and its batch norms calibrated (tensat_tf/zoo/_keras.py, as for the suite), exported
 with `model.export` (dynamic batch), then converted with the default options (verification included). Each runs in
 its own worker processes (one builds, one converts, each within --timeout seconds): one that crashes or runs out of
-memory is a row, not the end of the sweep; the row has the conversion's peak resident memory. Latency is not measured
-(tools/bench.py does that for the suite).
+memory is a row, not the end of the sweep; the row has the conversion's peak resident memory.
+
+With --gain the worker also converts the model with no rules (both conversions then run without --profile, as
+`tools/bench.py --noconvert_profile` does) and measures the e-graph's own gain, no-rules latency over the default
+output's: TF, batch 1, one intra-op and one inter-op thread, --blocks paired blocks in both load orders
+(tensat_tf.latency.measure), the median of per-block ratios and its interval (tensat_tf.speedup.compare). That is
+the suite's measurement (tools/bench.py) on models the suite does not have.
 """
 from __future__ import annotations
 
@@ -35,6 +40,8 @@ flags.DEFINE_list("skip", [], "Constructors to leave out.")
 flags.DEFINE_integer("side", 64, "Input height and width (raised to an application's minimum).")
 flags.DEFINE_integer("timeout", 1800, "Seconds per application (build, export and convert).")
 flags.DEFINE_string("out_json", None, "Also write the rows here (after every application).")
+flags.DEFINE_bool("gain", False, "Also measure the e-graph's own gain (no-rules latency / default output's latency).")
+flags.DEFINE_integer("blocks", 12, "With --gain: timing blocks (paired: both outputs run in every block).")
 flags.DEFINE_string("build", None, "Internal: build and export this application into --src.")
 flags.DEFINE_string("src", None, "Internal: where --build exports.")
 flags.DEFINE_string("worker", None, "Internal: convert this exported SavedModel, print its row as JSON.")
@@ -61,9 +68,14 @@ def worker(src: str) -> dict:
     from tensat_tf.convert import convert
     from tensat_tf.options import Options
     with tempfile.TemporaryDirectory() as d:
+        out, plain = os.path.join(d, "out"), os.path.join(d, "plain")
         t = time.perf_counter()
-        rep = convert(src, os.path.join(d, "out"), Options())
-        row = {"convert_s": round(time.perf_counter() - t, 1)}
+        rep = convert(src, out, Options(profile=not FLAGS.gain))
+        row = {"convert_s": round(time.perf_counter() - t, 1),
+               # Linux reports kilobytes: the conversion's peak resident memory (before --gain's work)
+               "peak_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)}
+        if FLAGS.gain:
+            row["gain"] = _gain(src, out, plain)
     row["weights"] = rep.get("weights", {}).get("variables")
     s = rep["signatures"]["serving_default"]
     eg, ex = s["egraph"], s["extraction"]
@@ -73,10 +85,22 @@ def worker(src: str) -> dict:
                if ex.get("cost_after") else None,
                rules=sum(s["rules_applied"].values()), max_rel_diff=s["verification"]["max_rel_diff"],
                signatures=len(rep["signatures"]),
-               stages={k: round(v, 1) for k, v in rep["timing_s"].items() if v >= 1.0},
-               # Linux reports kilobytes: the conversion's peak resident memory
-               peak_gb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2))
+               stages={k: round(v, 1) for k, v in rep["timing_s"].items() if v >= 1.0})
     return row
+
+
+def _gain(src: str, out: str, plain: str) -> dict:
+    """The e-graph's own gain on serving_default: `out` (the default rules) against `plain` (no rules), both from
+    `src`, paired in one worker per load order."""
+    from tensat_tf import latency, speedup
+    from tensat_tf.convert import convert
+    from tensat_tf.options import EngineOptions, Options
+    convert(src, plain, Options(profile=False, engine=EngineOptions(enable_rules=[])))
+    m = latency.measure([plain, out], "serving_default", batch_size=1, blocks=FLAGS.blocks)
+    (p, o) = m["tf"]
+    d = speedup.compare(p["block_medians"], o["block_medians"])
+    return {"no_rules_ms": round(p["ms"], 3), "optimized_ms": round(o["ms"], 3), "ratio": round(d.ratio, 3),
+            "low": round(d.low, 3), "high": round(d.high, 3), "verdict": d.verdict}
 
 
 def _child(args: list[str], timeout: int) -> tuple[Optional[dict], Optional[str]]:
@@ -102,20 +126,30 @@ def run_one(name: str, side: int, timeout: int) -> dict:
         row["build_s"] = round(time.perf_counter() - t, 1)
         if err:
             return dict(row, error="build: " + err)
-        got, err = _child([f"--worker={src}"], timeout)
+        got, err = _child([f"--worker={src}"] + ([f"--gain", f"--blocks={FLAGS.blocks}"] if FLAGS.gain else []),
+                          timeout)
     return dict(row, error="convert: " + err) if err else dict(row, **got)
 
 
+def _measured(r: dict) -> str:
+    g = r.get("gain")
+    return (f"{g['ratio']:.3f}x [{g['low']:.3f}, {g['high']:.3f}] ({g['no_rules_ms']:.3f} -> {g['optimized_ms']:.3f} ms)"
+            if g else "")
+
+
 def markdown(rows: list) -> str:
+    gain = any("gain" in r for r in rows)
     out = ["| application | side | weights | typed nodes | e-nodes | iterations (stop) | tensat pass s "
-           "| extraction | predicted gain | rules applied | verify max rel | build s | convert s | peak GB |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "| extraction | predicted gain | " + ("measured gain | " if gain else "") + "rules applied | verify max rel "
+           "| build s | convert s | peak GB |",
+           "|" + "---|" * (14 + gain)]
     for r in rows:
         if "error" in r:
-            out.append(f"| {r['app']} | {r['side']} | **failed**: {r['error']} |" + " |" * 11)
+            out.append(f"| {r['app']} | {r['side']} | **failed**: {r['error']} |" + " |" * (11 + gain))
             continue
         out.append(f"| {r['app']} | {r['side']} | {r['weights']} | {r['typed_nodes']} | {r['enodes']} | "
                    f"{r['iterations']} ({r['stop']}) | {r['pass_s']} | {r['extraction']} | {r['predicted']}x | "
+                   + (f"{_measured(r)} | " if gain else "") +
                    f"{r['rules']} | {r['max_rel_diff']:.1e} | {r['build_s']} | {r['convert_s']} | {r['peak_gb']} |")
     return "\n".join(out)
 
