@@ -3,11 +3,12 @@ rewrite that keeps the contractions as they are can still win.
 
     python tools/headroom.py [--models=real_vit,real_resnet50v2 | --paths=DIR,...] [engine flags: --unknown_dim, ...]
 
-Each SavedModel's serving_default runs as TF Serving runs it (a TF1 session on the loaded MetaGraph, so TF's own
-Grappler, remapper fusions included, rewrites the graph first), batch 1, one intra-op and one inter-op thread, every
-unknown dim but the batch --unknown_dim long. Untimed warm-up, then --blocks blocks of --runs untraced calls (the
-wall column: the median block's ms per call), then --traced calls with a full trace whose kernels are summed by the
-op TF ran (`_MklNativeFusedConv2D`, `Mul`, ...). A contraction is a kernel whose op names a Conv, MatMul or Einsum.
+Each SavedModel's serving_default runs, in a fresh process, as TF Serving runs it (a TF1 session on the loaded
+MetaGraph, so TF's own Grappler, remapper fusions included, rewrites the graph first), batch 1, one intra-op and one
+inter-op thread, every unknown dim but the batch --unknown_dim long. Untimed warm-up, then --blocks blocks of --runs
+untraced calls (the wall column: the median block's ms per call, one model alone, not paired), then --traced calls
+with a full trace whose kernels are summed by the op TF ran (`_MklNativeFusedConv2D`, `Mul`, ...). A contraction is a
+kernel whose op names a Conv, MatMul or Einsum.
 
 "headroom" is traced kernel time over traced contraction time: the speed-up if every other kernel took no time and
 the contractions ran as they do. It overstates what is left, as tracing adds a fixed cost to every kernel (the traced
@@ -23,8 +24,10 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import json
 import os
 import re
+import subprocess
 import sys
 import tempfile
 import time
@@ -43,6 +46,7 @@ flags.DEFINE_list("paths", [], "SavedModels measured as they are.")
 flags.DEFINE_integer("blocks", 5, "Untraced timing blocks.")
 flags.DEFINE_integer("runs", 20, "Calls per untraced block.")
 flags.DEFINE_integer("traced", 10, "Traced calls (kernel times are their mean).")
+flags.DEFINE_string("worker", None, "Internal: measure this SavedModel here, print its kernel times as JSON.")
 FLAGS = flags.FLAGS
 
 CONTRACTION = re.compile(r"Conv|MatMul|Einsum")
@@ -90,6 +94,18 @@ def kernel_ms(path: str, unknown_dim: int, blocks: int, runs: int, traced: int) 
     return {"wall_ms": float(np.median(walls)), "kernels": dict(kernels)}
 
 
+def measured(path: str) -> dict:
+    """kernel_ms of `path` in a fresh process: in one that has converted a model, TF's CPU pools are already made
+    (a one-thread session ran ViT 2x slower after a conversion in the same process, whatever the environment)."""
+    proc = subprocess.run([sys.executable, os.path.abspath(__file__), f"--worker={path}",
+                           f"--unknown_dim={FLAGS.unknown_dim}", f"--blocks={FLAGS.blocks}", f"--runs={FLAGS.runs}",
+                           f"--traced={FLAGS.traced}"], capture_output=True, text=True, timeout=1800)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"measuring {path} failed: {(proc.stderr.strip().splitlines() or [''])[-1]}")
+    return json.loads(lines[-1])
+
+
 def summary(m: dict) -> dict:
     total = sum(m["kernels"].values())
     contraction = sum(v for k, v in m["kernels"].items() if CONTRACTION.search(k))
@@ -107,14 +123,17 @@ def row(label: str, s: dict) -> str:
 
 def main(argv):
     del argv
+    if FLAGS.worker:
+        print(json.dumps(kernel_ms(FLAGS.worker, FLAGS.unknown_dim, FLAGS.blocks, FLAGS.runs, FLAGS.traced)))
+        return
     from tensat_tf import zoo
     from tensat_tf.convert import convert
     from tensat_tf.options import Options
-    print("| model | wall ms | traced kernels ms | contractions ms | contraction share | headroom | largest others (ms) |")
+    print("| model | wall ms | traced kernels ms | contractions ms | contraction share | headroom "
+          "| largest others (ms) |")
     print("|---|---|---|---|---|---|---|")
     for path in FLAGS.paths:
-        print(row(path, summary(kernel_ms(path, FLAGS.unknown_dim, FLAGS.blocks, FLAGS.runs, FLAGS.traced))),
-              flush=True)
+        print(row(path, summary(measured(path))), flush=True)
     engine = engine_flags.engine_options()
     with tempfile.TemporaryDirectory() as tmp:
         for name in FLAGS.models:
@@ -123,7 +142,7 @@ def main(argv):
                 out = os.path.join(tmp, f"{name}-{label.replace(' ', '')}")
                 print(f"converting {name} ({label})", file=sys.stderr, flush=True)
                 convert(zoo.resolve(f"zoo:{name}"), out, Options(signatures=only, engine=eng, profile=False))
-                s = summary(kernel_ms(out, FLAGS.unknown_dim, FLAGS.blocks, FLAGS.runs, FLAGS.traced))
+                s = summary(measured(out))
                 print(row(f"{name}, {label}", s), flush=True)
 
 

@@ -133,8 +133,8 @@ def run_one(name: str, side: int, timeout: int) -> dict:
 
 def _measured(r: dict) -> str:
     g = r.get("gain")
-    return (f"{g['ratio']:.3f}x [{g['low']:.3f}, {g['high']:.3f}] ({g['no_rules_ms']:.3f} -> {g['optimized_ms']:.3f} ms)"
-            if g else "")
+    return (f"{g['ratio']:.3f}x [{g['low']:.3f}, {g['high']:.3f}] "
+            f"({g['no_rules_ms']:.3f} -> {g['optimized_ms']:.3f} ms)" if g else "")
 
 
 def markdown(rows: list) -> str:
