@@ -143,7 +143,7 @@ def check_depends_on_input(name):
     (key, spec), = fn.structured_input_signature[1].items()
     r = np.random.RandomState(0)
     shape = [2] + [8 if d is None else d for d in spec.shape.as_list()[1:]]
-    x = r.randint(0, transformers.VOCAB, shape) if spec.dtype.is_integer else r.standard_normal(shape)
+    x = r.randint(0, transformers.SUITE.vocab, shape) if spec.dtype.is_integer else r.standard_normal(shape)
     (out,) = fn(**{key: tf.constant(x, spec.dtype)}).values()
     out = out.numpy()
     assert np.all(np.isfinite(out))
@@ -161,6 +161,37 @@ def test_fast_suite_model_converts(name, zoo_cache, tmp_path):
 def test_suite_model_converts(name, zoo_cache, tmp_path):
     check_suite_model(name, tmp_path)
     check_depends_on_input(name)
+
+
+# --- transformers outside the suite (tools/sweep_apps.py --transformers) ------------------------------------------
+
+def test_gpt_outside_the_suite_builds_at_any_size_and_converts(tmp_path):
+    src = str(tmp_path / "gpt")
+    transformers.build("gpt", src, transformers.Size(vocab=96, d=32, heads=4, ffn=64, layers=1))
+    assert "gpt" not in zoo.SUITE_NAMES and "gpt" not in transformers.MODELS
+    fn = tf.saved_model.load(src).signatures["serving_default"]
+    (key, spec), = fn.structured_input_signature[1].items()
+    assert spec.shape.as_list() == [None, None]
+    ids = np.random.RandomState(0).randint(0, 96, (2, 5))
+    (out,) = fn(**{key: tf.constant(ids, tf.int32)}).values()
+    assert out.shape == (2, 5, 96)                          # logits over the vocabulary: the tied head
+    # causal: a change in the last token leaves every earlier position's logits as they were
+    ids2 = ids.copy()
+    ids2[:, -1] = (ids2[:, -1] + 1) % 96
+    (out2,) = fn(**{key: tf.constant(ids2, tf.int32)}).values()
+    np.testing.assert_allclose(out.numpy()[:, :-1], out2.numpy()[:, :-1], rtol=1e-5, atol=1e-6)
+    assert not np.allclose(out.numpy()[:, -1], out2.numpy()[:, -1])
+    report = convert(src, str(tmp_path / "out"), Options(signatures=["serving_default"], profile=False))
+    assert report["signatures"]["serving_default"]["verification"]["passed"]
+
+
+def test_sweep_refuses_a_malformed_transformer_size():
+    import subprocess
+    import sys
+    tool = os.path.join(os.path.dirname(__file__), "..", "tools", "sweep_apps.py")
+    proc = subprocess.run([sys.executable, tool, "--transformers=gpt:64x4"], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode != 0 and "DxHEADSxFFNxLAYERS" in proc.stderr
 
 
 # --- peer runtimes (tools/bench.py) -------------------------------------------------------------------------------

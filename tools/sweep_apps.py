@@ -4,6 +4,7 @@ them; this sweep is for the rest (the bigger variants of each family and the fam
 zoo builders), which tests do not build.
 
     python tools/sweep_apps.py [--apps=VGG16,ResNet101] [--skip=ConvNeXtXLarge] [--side=64] [--out_json=sweep.json]
+    python tools/sweep_apps.py --transformers=gpt:256x8x1024x4,real_encoder:768x12x3072x4 --seq=32 [--gain]
 
 Each application is built by keras.applications (weights=None, include_top, at --side pixels or the smallest side it
 accepts), its weights randomized and its batch norms calibrated (tensat_tf/zoo/_keras.py, as for the suite), exported
@@ -16,6 +17,12 @@ With --gain the worker also converts the model with no rules (both conversions t
 output's: TF, batch 1, one intra-op and one inter-op thread, --blocks paired blocks in both load orders
 (tensat_tf.latency.measure), the median of per-block ratios and its interval (tensat_tf.speedup.compare). That is
 the suite's measurement (tools/bench.py) on models the suite does not have.
+
+--transformers are the suite's Keras-layer transformers (tensat_tf/zoo/transformers.py: real_encoder, real_decoder,
+real_vit) and `gpt` (a GPT-2-style decoder the suite does not have), each as FAMILY:DxHEADSxFFNxLAYERS (vocabulary
+--vocab), exported with a dynamic batch and sequence like the suite's; they are converted, and timed, with every
+unknown dim but the batch --seq long (`--unknown_dim`, as a user serving that length would convert). Without --apps,
+only they run.
 """
 from __future__ import annotations
 
@@ -42,6 +49,10 @@ flags.DEFINE_integer("timeout", 1800, "Seconds per application (build, export an
 flags.DEFINE_string("out_json", None, "Also write the rows here (after every application).")
 flags.DEFINE_bool("gain", False, "Also measure the e-graph's own gain (no-rules latency / default output's latency).")
 flags.DEFINE_integer("blocks", 12, "With --gain: timing blocks (paired: both outputs run in every block).")
+flags.DEFINE_list("transformers", [], "FAMILY:DxHEADSxFFNxLAYERS entries (tensat_tf/zoo/transformers.py BUILDERS).")
+flags.DEFINE_integer("seq", None, "Unknown dims but the batch (a sequence) at conversion and timing (default: the "
+                     "engine's --unknown_dim default).")
+flags.DEFINE_integer("vocab", 1024, "Vocabulary of --transformers.")
 flags.DEFINE_string("build", None, "Internal: build and export this application into --src.")
 flags.DEFINE_string("src", None, "Internal: where --build exports.")
 flags.DEFINE_string("worker", None, "Internal: convert this exported SavedModel, print its row as JSON.")
@@ -53,8 +64,27 @@ def applications() -> list[str]:
     return sorted(n for n in dir(keras.applications) if n[:1].isupper() and callable(getattr(keras.applications, n)))
 
 
+def transformer_size(entry: str):
+    """FAMILY:DxHEADSxFFNxLAYERS -> (family, transformers.Size); ValueError when malformed."""
+    from tensat_tf.zoo import transformers
+    family, _, dims = entry.partition(":")
+    if family not in transformers.BUILDERS:
+        raise ValueError(f"{entry}: the family is one of {sorted(transformers.BUILDERS)}")
+    try:
+        d, heads, ffn, layers = (int(v) for v in dims.split("x"))
+    except ValueError:
+        raise ValueError(f"{entry}: sizes are DxHEADSxFFNxLAYERS, e.g. gpt:256x8x1024x4") from None
+    return family, transformers.Size(FLAGS.vocab, d, heads, ffn, layers)
+
+
 def build(name: str, side: int, export_dir: str) -> None:
-    """Build, randomize and export one application (its own process: the Keras model is not in the converting one)."""
+    """Build, randomize and export one application or transformer (its own process: the Keras model is not in the
+    converting one)."""
+    if ":" in name:
+        from tensat_tf.zoo import transformers
+        family, size = transformer_size(name)
+        transformers.build(family, export_dir, size)
+        return
     import keras
 
     from tensat_tf.zoo import _keras
@@ -70,7 +100,7 @@ def worker(src: str) -> dict:
     with tempfile.TemporaryDirectory() as d:
         out, plain = os.path.join(d, "out"), os.path.join(d, "plain")
         t = time.perf_counter()
-        rep = convert(src, out, Options(profile=not FLAGS.gain))
+        rep = convert(src, out, Options(profile=not FLAGS.gain, engine=_engine()))
         row = {"convert_s": round(time.perf_counter() - t, 1),
                # Linux reports kilobytes: the conversion's peak resident memory (before --gain's work)
                "peak_gb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20, 2)}
@@ -89,14 +119,22 @@ def worker(src: str) -> dict:
     return row
 
 
+def _engine(**changes):
+    """The engine options of the sweep's conversions: the defaults, with --seq as the unknown dims' length."""
+    from tensat_tf.options import EngineOptions
+    return EngineOptions(**({"unknown_dim": FLAGS.seq} if FLAGS.seq else {}), **changes)
+
+
 def _gain(src: str, out: str, plain: str) -> dict:
     """The e-graph's own gain on serving_default: `out` (the default rules) against `plain` (no rules), both from
     `src`, paired in one worker per load order."""
     from tensat_tf import latency, speedup
     from tensat_tf.convert import convert
-    from tensat_tf.options import EngineOptions, Options
-    convert(src, plain, Options(profile=False, engine=EngineOptions(enable_rules=[])))
-    m = latency.measure([plain, out], "serving_default", batch_size=1, blocks=FLAGS.blocks)
+    from tensat_tf.options import Options
+    engine = _engine(enable_rules=[])
+    convert(src, plain, Options(profile=False, engine=engine))
+    m = latency.measure([plain, out], "serving_default", batch_size=1, blocks=FLAGS.blocks,
+                        unknown_dim=engine.unknown_dim)
     (p, o) = m["tf"]
     d = speedup.compare(p["block_medians"], o["block_medians"])
     return {"no_rules_ms": round(p["ms"], 3), "optimized_ms": round(o["ms"], 3), "ratio": round(d.ratio, 3),
@@ -122,12 +160,12 @@ def run_one(name: str, side: int, timeout: int) -> dict:
     with tempfile.TemporaryDirectory() as d:
         src = os.path.join(d, "src")
         t = time.perf_counter()
-        _, err = _child([f"--build={name}", f"--side={side}", f"--src={src}"], timeout)
+        _, err = _child([f"--build={name}", f"--side={side}", f"--src={src}", f"--vocab={FLAGS.vocab}"], timeout)
         row["build_s"] = round(time.perf_counter() - t, 1)
         if err:
             return dict(row, error="build: " + err)
-        got, err = _child([f"--worker={src}"] + ([f"--gain", f"--blocks={FLAGS.blocks}"] if FLAGS.gain else []),
-                          timeout)
+        got, err = _child([f"--worker={src}"] + ([f"--seq={FLAGS.seq}"] if FLAGS.seq else [])
+                          + (["--gain", f"--blocks={FLAGS.blocks}"] if FLAGS.gain else []), timeout)
     return dict(row, error="convert: " + err) if err else dict(row, **got)
 
 
@@ -139,7 +177,7 @@ def _measured(r: dict) -> str:
 
 def markdown(rows: list) -> str:
     gain = any("gain" in r for r in rows)
-    out = ["| application | side | weights | typed nodes | e-nodes | iterations (stop) | tensat pass s "
+    out = ["| model | side / seq | weights | typed nodes | e-nodes | iterations (stop) | tensat pass s "
            "| extraction | predicted gain | " + ("measured gain | " if gain else "") + "rules applied | verify max rel "
            "| build s | convert s | peak GB |",
            "|" + "---|" * (14 + gain)]
@@ -162,11 +200,18 @@ def main(argv):
     if FLAGS.worker:
         print(json.dumps(worker(FLAGS.worker)))
         return
-    names = [n for n in (FLAGS.apps or applications()) if n not in set(FLAGS.skip)]
+    for entry in FLAGS.transformers:
+        try:
+            transformer_size(entry)
+        except ValueError as e:
+            raise app.UsageError(str(e))
+    apps = FLAGS.apps if FLAGS.apps is not None else [] if FLAGS.transformers else applications()
+    names = [n for n in apps + FLAGS.transformers if n not in set(FLAGS.skip)]
     rows, t0 = [], time.perf_counter()
     for name in names:
         print(f"[{time.perf_counter() - t0:7.1f} s] {name}", file=sys.stderr, flush=True)
-        rows.append(run_one(name, max(FLAGS.side, MIN_SIDE.get(name, 32)), FLAGS.timeout))
+        side = _engine().unknown_dim if ":" in name else max(FLAGS.side, MIN_SIDE.get(name, 32))
+        rows.append(run_one(name, side, FLAGS.timeout))
         if FLAGS.out_json:
             with open(FLAGS.out_json, "w") as f:
                 json.dump(rows, f, indent=1)

@@ -78,5 +78,21 @@ class ClassTokenAndPositions(layers.Layer):
         return ops.concatenate([cls, x], axis=1) + self.positions
 
 
+class TiedLogits(layers.Layer):
+    """Logits as the hidden states times the token embedding transposed (GPT-2's tied output projection)."""
+
+    def __init__(self, embedding, **kwargs):
+        super().__init__(**kwargs)
+        self.embedding = embedding
+
+    def call(self, x):
+        return ops.matmul(x, ops.transpose(self.embedding.embeddings))
+
+
 def silu(x):
     return x * ops.sigmoid(x)
+
+
+def gelu_tanh(x):
+    """GELU's tanh approximation (GPT-2's), which Keras' "gelu" activation is not (it is the exact, erf form)."""
+    return keras.activations.gelu(x, approximate=True)

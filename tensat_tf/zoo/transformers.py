@@ -11,69 +11,108 @@
 Batch (and sequence, for the text models) are dynamic in the signature, as in a real export: the frozen graphs keep
 the Shape/StridedSlice/Pack plumbing that comes with them. Weights are redrawn from seeded generators
 (tensat_tf/zoo/_keras.py); keras is imported only when a model is built.
+
+Not in the suite, for tools/sweep_transformers.py: `gpt`, a GPT-2-style decoder (learned positions, pre-norm
+LayerNormalization, causal MultiHeadAttention, Dense FFN with the tanh GELU, final norm, logits from the token
+embedding transposed).
 """
+import dataclasses
 MODELS = {
     "real_encoder": "Keras 3 encoder, token ids [None, None]: 2 x (MultiHeadAttention + LayerNorm + GELU FFN), d 64",
     "real_decoder": "Keras 3 decoder, token ids [None, None]: RMSNorm, RoPE, causal GQA (4q/2kv), SwiGLU, 2 layers",
     "real_vit": "Keras 3 ViT 32x32x3, dynamic batch: Conv2D patchify 8x8, class token, 2 MultiHeadAttention blocks",
 }
-SEEDS = {"real_encoder": 1201, "real_decoder": 1202, "real_vit": 1203}
-VOCAB, D, HEADS, FFN, LAYERS = 256, 64, 4, 128, 2
+SEEDS = {"real_encoder": 1201, "real_decoder": 1202, "real_vit": 1203, "gpt": 1204}
 
 
-def encoder():
+@dataclasses.dataclass(frozen=True)
+class Size:
+    """A transformer's dimensions. The suite's models are SUITE; tools/sweep_transformers.py builds the same
+    architectures (and `gpt`, which the suite does not have) larger."""
+    vocab: int = 256
+    d: int = 64
+    heads: int = 4
+    ffn: int = 128
+    layers: int = 2
+
+
+SUITE = Size()
+
+
+def encoder(size: Size = SUITE):
     import keras
     from keras import layers, ops
     ids = keras.Input((None,), dtype="int32", name="token_ids")
-    x = layers.Embedding(VOCAB, D, name="token_embedding")(ids)
+    x = layers.Embedding(size.vocab, size.d, name="token_embedding")(ids)
     positions = layers.Lambda(lambda t: ops.arange(ops.shape(t)[1]), name="positions")(ids)
-    x = x + layers.Embedding(128, D, name="position_embedding")(positions)
+    x = x + layers.Embedding(128, size.d, name="position_embedding")(positions)
     x = layers.LayerNormalization(epsilon=1e-12, name="embedding_norm")(x)
-    for i in range(LAYERS):
-        a = layers.MultiHeadAttention(HEADS, D // HEADS, name=f"layer{i}_attention")(x, x)
+    for i in range(size.layers):
+        a = layers.MultiHeadAttention(size.heads, size.d // size.heads, name=f"layer{i}_attention")(x, x)
         x = layers.LayerNormalization(epsilon=1e-12, name=f"layer{i}_attention_norm")(x + a)
-        h = layers.Dense(FFN, activation="gelu", name=f"layer{i}_ffn_in")(x)
-        h = layers.Dense(D, name=f"layer{i}_ffn_out")(h)
+        h = layers.Dense(size.ffn, activation="gelu", name=f"layer{i}_ffn_in")(x)
+        h = layers.Dense(size.d, name=f"layer{i}_ffn_out")(h)
         x = layers.LayerNormalization(epsilon=1e-12, name=f"layer{i}_ffn_norm")(x + h)
     return keras.Model(ids, x, name="real_encoder")
 
 
-def decoder():
+def decoder(size: Size = SUITE):
     import keras
     from keras import layers
     from tensat_tf.zoo._transformer_layers import CausalGroupedQueryAttention, silu
     ids = keras.Input((None,), dtype="int32", name="token_ids")
-    x = layers.Embedding(VOCAB, D, name="token_embedding")(ids)
-    for i in range(LAYERS):
+    x = layers.Embedding(size.vocab, size.d, name="token_embedding")(ids)
+    for i in range(size.layers):
         h = layers.RMSNormalization(name=f"layer{i}_attention_norm")(x)
-        x = x + CausalGroupedQueryAttention(HEADS, 2, D // HEADS, name=f"layer{i}_attention")(h)
+        x = x + CausalGroupedQueryAttention(size.heads, size.heads // 2, size.d // size.heads,
+                                            name=f"layer{i}_attention")(h)
         h = layers.RMSNormalization(name=f"layer{i}_ffn_norm")(x)
-        gate = layers.EinsumDense("btd,df->btf", (None, FFN), name=f"layer{i}_ffn_gate")(h)
-        up = layers.EinsumDense("btd,df->btf", (None, FFN), name=f"layer{i}_ffn_up")(h)
+        gate = layers.EinsumDense("btd,df->btf", (None, size.ffn), name=f"layer{i}_ffn_gate")(h)
+        up = layers.EinsumDense("btd,df->btf", (None, size.ffn), name=f"layer{i}_ffn_up")(h)
         h = layers.Lambda(lambda t: silu(t[0]) * t[1], name=f"layer{i}_swiglu")([gate, up])
-        x = x + layers.EinsumDense("btf,fd->btd", (None, D), name=f"layer{i}_ffn_down")(h)
+        x = x + layers.EinsumDense("btf,fd->btd", (None, size.d), name=f"layer{i}_ffn_down")(h)
     x = layers.RMSNormalization(name="final_norm")(x)
-    logits = layers.Dense(VOCAB, use_bias=False, name="lm_head")(x)
+    logits = layers.Dense(size.vocab, use_bias=False, name="lm_head")(x)
     return keras.Model(ids, logits, name="real_decoder")
 
 
-def vit():
+def vit(size: Size = SUITE):
     import keras
     from keras import layers
     from tensat_tf.zoo._transformer_layers import ClassTokenAndPositions
     images = keras.Input((32, 32, 3), name="image")
-    x = layers.Conv2D(D, 8, strides=8, name="patchify")(images)          # [batch, 4, 4, D]
-    x = layers.Reshape((16, D), name="patches")(x)
+    x = layers.Conv2D(size.d, 8, strides=8, name="patchify")(images)     # [batch, 4, 4, d]
+    x = layers.Reshape((16, size.d), name="patches")(x)
     x = ClassTokenAndPositions(name="class_token_and_positions")(x)
-    for i in range(LAYERS):
+    for i in range(size.layers):
         h = layers.LayerNormalization(epsilon=1e-6, name=f"block{i}_attention_norm")(x)
-        x = x + layers.MultiHeadAttention(HEADS, D // HEADS, name=f"block{i}_attention")(h, h)
+        x = x + layers.MultiHeadAttention(size.heads, size.d // size.heads, name=f"block{i}_attention")(h, h)
         h = layers.LayerNormalization(epsilon=1e-6, name=f"block{i}_mlp_norm")(x)
-        h = layers.Dense(FFN, activation="gelu", name=f"block{i}_mlp_in")(h)
-        x = x + layers.Dense(D, name=f"block{i}_mlp_out")(h)
+        h = layers.Dense(size.ffn, activation="gelu", name=f"block{i}_mlp_in")(h)
+        x = x + layers.Dense(size.d, name=f"block{i}_mlp_out")(h)
     x = layers.LayerNormalization(epsilon=1e-6, name="final_norm")(x)
     cls = layers.Lambda(lambda t: t[:, 0], name="class_token")(x)
     return keras.Model(images, layers.Dense(10, name="head")(cls), name="real_vit")
+
+
+def gpt(size: Size = SUITE):
+    import keras
+    from keras import layers, ops
+    from tensat_tf.zoo._transformer_layers import TiedLogits, gelu_tanh
+    ids = keras.Input((None,), dtype="int32", name="token_ids")
+    tokens = layers.Embedding(size.vocab, size.d, name="token_embedding")
+    x = tokens(ids)
+    positions = layers.Lambda(lambda t: ops.arange(ops.shape(t)[1]), name="positions")(ids)
+    x = x + layers.Embedding(256, size.d, name="position_embedding")(positions)
+    for i in range(size.layers):
+        h = layers.LayerNormalization(epsilon=1e-5, name=f"layer{i}_attention_norm")(x)
+        x = x + layers.MultiHeadAttention(size.heads, size.d // size.heads, name=f"layer{i}_attention")(
+            h, h, use_causal_mask=True)
+        h = layers.LayerNormalization(epsilon=1e-5, name=f"layer{i}_ffn_norm")(x)
+        h = layers.Activation(gelu_tanh, name=f"layer{i}_gelu")(layers.Dense(size.ffn, name=f"layer{i}_ffn_in")(h))
+        x = x + layers.Dense(size.d, name=f"layer{i}_ffn_out")(h)
+    x = layers.LayerNormalization(epsilon=1e-5, name="final_norm")(x)
+    return keras.Model(ids, TiedLogits(tokens, name="lm_head")(x), name="gpt")
 
 
 def _fix_einsum_fan_in(model, seed: int) -> None:
@@ -102,13 +141,16 @@ def _all_layers(layer):
         yield sub
 
 
-def build(name: str, export_dir: str) -> None:
+BUILDERS = {"real_encoder": encoder, "real_decoder": decoder, "real_vit": vit, "gpt": gpt}
+
+
+def build(name: str, export_dir: str, size: Size = SUITE) -> None:
     import keras
     import tensorflow as tf
 
     from tensat_tf.zoo import _keras
     from tensat_tf.zoo._common import prepare_export_dir
-    model = {"real_encoder": encoder, "real_decoder": decoder, "real_vit": vit}[name]()
+    model = BUILDERS[name](size)
     seed = SEEDS[name]
     prepare_export_dir(export_dir)
     _keras.randomize_weights(model, seed)
