@@ -279,7 +279,6 @@ def matmul_bias_sites(exp: Exported, onednn: bool = True) -> dict[int, Site]:
     return {i: site for i, site in fusion_sites(exp, frozenset({"MatMul"}), (), onednn).items() if site.kind == "bias"}
 
 
-
 def remapper_hazards(exp: Exported, contractions=CONTRACTIONS) -> frozenset[int]:
     """The bias-semantic AddV2 nodes on a contraction (module docstring, "Hazard"): AddV2(C, b) in either operand
     order, C's class holding one of `contractions` and b bias-shaped for it (_bias_shaped)."""

@@ -12,11 +12,12 @@ Batch (and sequence, for the text models) are dynamic in the signature, as in a 
 the Shape/StridedSlice/Pack plumbing that comes with them. Weights are redrawn from seeded generators
 (tensat_tf/zoo/_keras.py); keras is imported only when a model is built.
 
-Not in the suite, for tools/sweep_transformers.py: `gpt`, a GPT-2-style decoder (learned positions, pre-norm
+Not in the suite, for tools/sweep_apps.py --transformers: `gpt`, a GPT-2-style decoder (learned positions, pre-norm
 LayerNormalization, causal MultiHeadAttention, Dense FFN with the tanh GELU, final norm, logits from the token
 embedding transposed).
 """
 import dataclasses
+
 MODELS = {
     "real_encoder": "Keras 3 encoder, token ids [None, None]: 2 x (MultiHeadAttention + LayerNorm + GELU FFN), d 64",
     "real_decoder": "Keras 3 decoder, token ids [None, None]: RMSNorm, RoPE, causal GQA (4q/2kv), SwiGLU, 2 layers",
@@ -27,8 +28,8 @@ SEEDS = {"real_encoder": 1201, "real_decoder": 1202, "real_vit": 1203, "gpt": 12
 
 @dataclasses.dataclass(frozen=True)
 class Size:
-    """A transformer's dimensions. The suite's models are SUITE; tools/sweep_transformers.py builds the same
-    architectures (and `gpt`, which the suite does not have) larger."""
+    """A transformer's dimensions. The suite's models are SUITE; tools/sweep_apps.py --transformers builds the same
+    architectures (and `gpt`, which the suite does not have) at other sizes."""
     vocab: int = 256
     d: int = 64
     heads: int = 4
