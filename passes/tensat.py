@@ -162,7 +162,8 @@ class TensatPass:
 
     def _probe(self, ing, model):
         """The saturation probe: the DAG cost the extractor finds in the e-graph as it is now (the same export, cycle
-        filter and costs as below, with the ILP limited to probe_seconds). What it prepared and extracted is kept by
+        filter and costs as below, with the ILP limited to probe_work and probe_seconds). What it prepared and
+        extracted is kept by
         iteration: saturation often leaves an e-graph a probe saw (when it stops for no gain, rolled back to the best
         probe's; after a probed iteration and others that changed nothing), and preparing it again (export, cycle
         filter, prices: 0.4 s of Inception-ResNet-v2's pass, BENCHMARKS.md) would give the same."""
@@ -171,7 +172,7 @@ class TensatPass:
         def probe(eg, iteration: int):
             prep = self._prepared(ing, sizes_mod.exported(eg, ing), model)
             try:
-                prep.probed = extract(prep.priced, o.method, o.probe_seconds, o.solver)
+                prep.probed = extract(prep.priced, o.method, o.probe_seconds, o.solver, work=o.probe_work)
             except NoExtraction:
                 pass
             self._probes[iteration] = prep
@@ -200,11 +201,13 @@ class TensatPass:
                        probe=self._probe(ing, model) if o.probe_seconds > 0 else None)
         stats.saturation = sat.to_json()
         for it in stats.saturation["per_iteration"]:
-            # a probe the clock cut short may report a worse cost than the e-graph holds, and so end saturation on
-            # the machine's speed (tensat_tf/report.py probes_cut_short)
+            # a probe stopped short of its proof may report a worse cost than the e-graph holds, and so end saturation
+            # early; on the machine's speed if the clock stopped it (tensat_tf/report.py probes_cut_short)
             prep = self._probes.get(it["index"])
             if prep is not None:
                 it["probe_status"] = prep.probed.status if prep.probed is not None else "no acyclic extraction"
+                if prep.probed is not None and prep.probed.clocked:
+                    it["probe_clocked"] = True
         stats.iterations, stats.stop_reason = len(sat.iterations), sat.stop_reason.value
         lap("saturate")
         prep = self._probes.get(sat.final_iteration)
@@ -224,21 +227,23 @@ class TensatPass:
             # an egglog error not caused by one rule: the e-graph is not trusted (see egraph/saturate.py)
             stats.kept_input = "no rules" if sat.stop_reason == StopReason.NO_RULES else f"egglog error: {sat.error}"
             return graph_def
-        self.progress(f"extracting from {g.num_nodes} e-nodes ({o.method}, at most {o.ilp_seconds:g} s)")
+        self.progress(f"extracting from {g.num_nodes} e-nodes ({o.method}, at most {o.ilp_work} work units and "
+                      f"{o.ilp_seconds:g} s)")
         try:
             # a probe's proven extraction of this e-graph is what extracting it again under the longer limit would
             # prove: a choice within the same relative gap of a bound
             res = prep.probed if prep.probed is not None and prep.probed.status == "optimal" else None
             ex["from_probe"] = res is not None
             if res is None:
-                res = extract(g, o.method, o.ilp_seconds, o.solver)
+                res = extract(g, o.method, o.ilp_seconds, o.solver, work=o.ilp_work)
         except NoExtraction as e:
             ex.update(status="fallback", cost_after=ex["cost_before"], error=str(e))
             stats.extraction = ex
             stats.kept_input = "no acyclic extraction"
             return graph_def
         ex.update(status=res.status, cost_after=round(res.dag_cost, 6), greedy_cost=res.greedy_dag_cost,
-                  gap=res.gap, bound=res.bound, solver=res.solver, seconds=round(res.seconds, 4), acyclic=res.acyclic)
+                  gap=res.gap, bound=res.bound, solver=res.solver, seconds=round(res.seconds, 4), acyclic=res.acyclic,
+                  work=res.work, clocked=res.clocked)
         stats.extraction = ex
         lap("extract")
         if not res.dag_cost < cost_before:

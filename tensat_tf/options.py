@@ -43,6 +43,10 @@ class Budget:
 
 
 METHODS, SOLVERS, COST_MODELS = ("ilp", "greedy"), ("auto", "cbc", "highs"), ("analytic", "measured")
+# The default work limit of one extraction (EngineOptions.ilp_work), in the units of tensat_tf/extract/solvers.py:
+# about what 10 s of solving spends on this VM on TENSAT's bert.json (25-40 a second; BENCHMARKS.md). Declared here
+# (options import nothing heavy) and used as extract.ilp's default.
+WORK = 400
 # Constants of at least this many elements are saved as variables, the rest stay constants in the graph (the default
 # of EngineOptions.min_variable_elements; tensat_tf/io/weights.py).
 MIN_VARIABLE_ELEMENTS = 1024
@@ -60,13 +64,18 @@ class EngineOptions:
     rules_files: Sequence[str] = ()
     budget: Budget = Budget()
     method: str = "ilp"                                # ilp | greedy
+    # extraction's limits: `ilp_work` units of solver work decide where an unproven search stops, the same on every
+    # machine (tensat_tf/extract/solvers.py); `ilp_seconds` of wall clock is the backstop (a search it stops may
+    # answer otherwise on another machine: the report's `clocked`)
     ilp_seconds: float = 10.0
-    # saturation stops when an extraction of the e-graph after each iteration, limited to this many seconds, has not
-    # improved for budget.patience iterations (see egraph/saturate.py); 0: no probe. A probe stopped by its clock
-    # can report a worse cost than the e-graph holds and end saturation early (the report's probe_status): at 2 s
-    # four real exports extract 0.5-1.5 % cheaper predicted costs than at 1 s, measured no faster, for up to 2.2 s
-    # more per signature (BENCHMARKS.md)
-    probe_seconds: float = 1.0
+    ilp_work: int = WORK
+    # saturation stops when an extraction of the e-graph after each iteration, limited to `probe_work` and
+    # `probe_seconds` as above, has not improved for budget.patience iterations (see egraph/saturate.py); 0 seconds:
+    # no probe. Under a 1 s clock (before the work limit) a probe stopped short of its proof reported a worse cost
+    # than the e-graph holds on 4 of the 15 real exports, ending saturation early and on the machine's speed; with
+    # these limits each of those probes is proven, in at most 21 work units and 1.1 s (BENCHMARKS.md)
+    probe_seconds: float = 5.0
+    probe_work: int = 60
     solver: str = "auto"
     cost_model: str = "analytic"                       # analytic | measured
     # the device the cost model prices for: 'auto' (the CPU profile of the TF runtime converting, with oneDNN's ops
@@ -97,6 +106,8 @@ class EngineOptions:
             raise errors.BadInput("--match_limit and --probe_seconds must be >= 0")
         if (b.seconds is not None and b.seconds <= 0) or self.ilp_seconds <= 0:
             raise errors.BadInput("--saturation_seconds and --ilp_seconds must be > 0")
+        if self.ilp_work < 1 or self.probe_work < 1:
+            raise errors.BadInput("--ilp_work and --probe_work must be >= 1")
         from tensat_tf.cost import devices           # no TF import: runtime_cpu imports it only when called
         for name, value, allowed in (("method", self.method, METHODS), ("solver", self.solver, SOLVERS),
                                      ("cost_model", self.cost_model, COST_MODELS),

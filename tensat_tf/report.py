@@ -24,10 +24,20 @@ def write(report: dict, path: str) -> None:
 
 def probes_cut_short(egraph: dict) -> list[tuple[int, str]]:
     """(iteration, probe_status) of the probes that did not prove their extraction, when saturation stopped for no
-    gain on them (passes/tensat.py): a probe the clock cut short may report a worse cost than the e-graph holds, so
-    where saturation stopped depended on the machine's speed. Empty otherwise (a saturated stop decided nothing on
-    the probes)."""
+    gain on them (passes/tensat.py): a probe stopped by its work or its clock may report a worse cost than the
+    e-graph holds, and end saturation early. Empty otherwise (a saturated stop decided nothing on the probes)."""
+    return [(i["index"], i["probe_status"]) for i in _probed(egraph) if i.get("probe_status") not in (None, "optimal")]
+
+
+def probes_clocked(egraph: dict) -> list[int]:
+    """The iterations whose probe the wall clock cut short, when saturation stopped for no gain on them: where it
+    stopped may then depend on the machine's speed. Reports written before the work limit have no probe_clocked
+    entries: their unproven probes were all stopped by the clock."""
+    return [i["index"] for i in _probed(egraph)
+            if i.get("probe_clocked") or ("probe_clocked" not in i and i.get("probe_status") == "time_limit")]
+
+
+def _probed(egraph: dict) -> list[dict]:
     if egraph.get("stop_reason") != "no_gain":
         return []
-    return [(i["index"], i["probe_status"]) for i in (egraph.get("saturation") or {}).get("per_iteration", [])
-            if i.get("probe_status") not in (None, "optimal")]
+    return (egraph.get("saturation") or {}).get("per_iteration", [])

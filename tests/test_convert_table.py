@@ -4,9 +4,9 @@ from __future__ import annotations
 from tensat_tf.cli import convert_cmd
 
 
-def _report(stop: str, statuses: list) -> dict:
-    its = [{"index": k + 1, "probe_cost": None if st is None else 1.0, **({"probe_status": st} if st else {})}
-           for k, st in enumerate(statuses)]
+def _report(stop: str, statuses: list, clocked: bool = False) -> dict:
+    its = [{"index": k + 1, "probe_cost": None if st is None else 1.0, **({"probe_status": st} if st else {}),
+            **({"probe_clocked": clocked} if st else {})} for k, st in enumerate(statuses)]
     sig = {"nodes_before": 10, "nodes_after": 8, "verification": {"max_rel_diff": 1e-6, "passed": True},
            "egraph": {"enodes": 40, "eclasses": 30, "iterations": len(its), "stop_reason": stop,
                       "saturation": {"per_iteration": its}},
@@ -15,12 +15,14 @@ def _report(stop: str, statuses: list) -> dict:
     return {"signatures": {"serving_default": sig}, "timing_s": {"total": 1.0}}
 
 
-def test_the_table_says_when_saturation_stopped_on_a_probe_the_clock_cut_short():
-    text = convert_cmd._table(_report("no_gain", [None, "optimal", "time_limit"]))
-    assert "after iteration 3): a larger --probe_seconds" in text
-    assert "--probe_seconds" not in convert_cmd._table(_report("no_gain", [None, "optimal", "optimal"]))
+def test_the_table_says_when_saturation_stopped_on_an_unproven_probe():
+    text = convert_cmd._table(_report("no_gain", [None, "optimal", "work_limit"]))
+    assert "unproven probes (after iteration 3): a larger --probe_work" in text
+    text = convert_cmd._table(_report("no_gain", [None, "optimal", "time_limit"], clocked=True))
+    assert "unproven probes (after iteration 3): a larger --probe_seconds" in text
+    assert "unproven probes" not in convert_cmd._table(_report("no_gain", [None, "optimal", "optimal"]))
     # saturated: the probes decided nothing
-    assert "--probe_seconds" not in convert_cmd._table(_report("saturated", [None, "time_limit"]))
+    assert "unproven probes" not in convert_cmd._table(_report("saturated", [None, "time_limit"], clocked=True))
 
 
 def test_the_table_says_how_to_serve_variable_weights_on_onednn():

@@ -127,7 +127,7 @@ def test_pruning_keeps_every_choice_cheaper_than_the_start():
     for eg, choices in _random_cases(9, 60):
         start = greedy.greedy_choice(eg)
         ceiling = dag.dag_cost(eg, start)
-        model, low = ilp._pruned_model(eg, start, ceiling, "order", True, float("inf"), 0.0)
+        model, low = ilp._pruned_model(eg, start, ceiling, "order", True, ilp._Spend(ilp.WORK, float("inf")), 0.0)
         gone = model.egraph.blacklist - eg.blacklist
         dropped += len(gone)
         best = min(dag.dag_cost(eg, c) for c in choices)

@@ -78,8 +78,9 @@ def _table(report: dict) -> str:
             cut = report_file.probes_cut_short(eg)
             if cut:
                 after = f"iteration{'s' * (len(cut) > 1)} {', '.join(str(k) for k, _ in cut)}"
-                lines.append(f"  saturation stopped on probes the clock cut short (after {after}): a larger "
-                             f"--probe_seconds may find a cheaper graph")
+                flag = "--probe_seconds" if report_file.probes_clocked(eg) else "--probe_work"
+                lines.append(f"  saturation stopped on unproven probes (after {after}): a larger {flag} may find a "
+                             f"cheaper graph")
         prof = s.get("profile") or {}
         for x in prof.get("settings", []):
             d = x["decision"]

@@ -21,14 +21,19 @@ flags.DEFINE_integer("match_limit", 1_000, "Saturation backoff: a rule matching 
                                            "times in an iteration is not applied and is banned for ban_length << "
                                            "times_banned iterations (egg's BackoffScheduler). 0: no backoff.")
 flags.DEFINE_integer("ban_length", 5, "Saturation backoff: base ban length in iterations.")
-flags.DEFINE_float("probe_seconds", EngineOptions().probe_seconds, "Saturation: after each iteration, extract (at "
-                  "most this many seconds) and stop once the best cost has not improved for --patience iterations. "
-                  "0: no probe.")
+flags.DEFINE_float("probe_seconds", EngineOptions().probe_seconds, "Saturation: after each iteration, extract "
+                  "(within --probe_work, and at most this many seconds of wall clock) and stop once the best cost "
+                  "has not improved for --patience iterations. 0: no probe.")
+flags.DEFINE_integer("probe_work", EngineOptions().probe_work, "Saturation: the probe's work limit (as --ilp_work).")
 flags.DEFINE_integer("patience", Budget().patience, "Saturation: iterations without a better probe cost before "
                                                    "stopping (the e-graph is then rolled back to the best one).")
 flags.DEFINE_enum("method", "ilp", ["ilp", "greedy"], "Extraction method.")
-flags.DEFINE_float("ilp_seconds", 10.0, "Extraction: hard wall-clock limit of the ILP (the greedy result is kept "
-                                        "when it runs out).")
+flags.DEFINE_float("ilp_seconds", EngineOptions().ilp_seconds, "Extraction: hard wall-clock limit of the ILP, the "
+                  "backstop of --ilp_work (the best choice found is kept when it runs out; the report says "
+                  "'clocked', and another machine may choose otherwise).")
+flags.DEFINE_integer("ilp_work", EngineOptions().ilp_work, "Extraction: work limit of the ILP, in solver limit checks "
+                     "(HiGHS) or nodes (CBC): where an unproven search stops, the same on every machine (400: about "
+                     "10 s of solving on a 2-core server).")
 flags.DEFINE_enum("solver", "auto", ["auto", "cbc", "highs"], "ILP solver (auto: HiGHS when installed, else CBC).")
 flags.DEFINE_enum("cost_model", "analytic", ["analytic", "measured"],
                   "Cost of each e-node: analytic (FLOPs, bytes, per-op overhead) or measured on this device "
@@ -58,7 +63,8 @@ def engine_from_flags() -> EngineOptions:
     return EngineOptions(
         enable_rules=None if FLAGS.rules is None else tuple(FLAGS.rules), disable_rules=tuple(FLAGS.disable_rules),
         rules_files=tuple(FLAGS.rules_file), budget=budget_from_flags(),
-        method=FLAGS.method, ilp_seconds=FLAGS.ilp_seconds, probe_seconds=FLAGS.probe_seconds, solver=FLAGS.solver,
+        method=FLAGS.method, ilp_seconds=FLAGS.ilp_seconds, ilp_work=FLAGS.ilp_work, probe_seconds=FLAGS.probe_seconds,
+        probe_work=FLAGS.probe_work, solver=FLAGS.solver,
         cost_model=FLAGS.cost_model, device=FLAGS.device, batch_size=FLAGS.batch_size, unknown_dim=FLAGS.unknown_dim,
         min_variable_elements=FLAGS.min_variable_elements)
 

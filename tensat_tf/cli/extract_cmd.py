@@ -9,19 +9,22 @@ from __future__ import annotations
 import json
 
 from tensat_tf import errors
-from tensat_tf.cli.engine_flags import FLAGS   # --method, --ilp_seconds, --solver are the engine's flags
+from tensat_tf.options import WORK
+from tensat_tf.cli.engine_flags import FLAGS   # --method, --ilp_seconds, --ilp_work, --solver: the engine's flags
 
 
 def main(args: list[str]) -> int:
     if len(args) != 1:
         raise errors.BadInput("extract takes exactly one EGRAPH.json")
-    return run(args[0], FLAGS.method, FLAGS.ilp_seconds, FLAGS.solver)
+    return run(args[0], FLAGS.method, FLAGS.ilp_seconds, FLAGS.solver, FLAGS.ilp_work)
 
 
-def run(path: str, method: str = "ilp", ilp_seconds: float = 10.0, solver: str = "auto") -> int:
+def run(path: str, method: str = "ilp", ilp_seconds: float = 10.0, solver: str = "auto", work: int = WORK) -> int:
     """Print {"file", "enodes", "eclasses", "dag_cost", "greedy_dag_cost", "method", "status", "seconds", "acyclic",
-    "gap", "bound", "solver"} as one JSON line (bound: the proven lower bound on any acyclic choice's DAG cost, null
-    for greedy) and return 0; raise a tensat_tf.errors class on failure (see the module docstring)."""
+    "gap", "bound", "solver", "work", "clocked"} as one JSON line (bound: the proven lower bound on any acyclic
+    choice's DAG cost, null for greedy; work: the solvers' work spent; clocked: whether the wall clock cut the search
+    short, so that another machine may choose otherwise) and return 0; raise a tensat_tf.errors class on failure
+    (see the module docstring)."""
     from tensat_tf.extract import NoExtraction, extract, serialized    # not at import: the CLI loads every command
     try:
         egraph = serialized.load(path)
@@ -30,7 +33,7 @@ def run(path: str, method: str = "ilp", ilp_seconds: float = 10.0, solver: str =
     except (OSError, ValueError) as exc:
         raise errors.BadEGraph(f"cannot read e-graph {path!r}: {exc}") from None
     try:
-        result = extract(egraph, method=method, ilp_seconds=ilp_seconds, solver=solver)
+        result = extract(egraph, method=method, ilp_seconds=ilp_seconds, solver=solver, work=work)
     except NoExtraction as exc:
         raise errors.NoAcyclicExtraction(f"{path}: {exc}") from None
     except ValueError as exc:
@@ -48,5 +51,7 @@ def run(path: str, method: str = "ilp", ilp_seconds: float = 10.0, solver: str =
         "gap": result.gap,
         "bound": result.bound,
         "solver": result.solver,
+        "work": result.work,
+        "clocked": result.clocked,
     }))
     return 0

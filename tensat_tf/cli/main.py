@@ -33,12 +33,12 @@ USAGE = """tensat_tf: TENSAT-style equality saturation for TensorFlow SavedModel
 
   tensat_tf convert SAVED_MODEL_DIR|zoo:NAME --output_dir=OUT [--report=PATH] [--overwrite] [--signatures=a,b]
         [--rules=...] [--iterations=15] [--node_limit=50000] [--saturation_seconds=60] [--k_multi=1]
-        [--method=ilp|greedy] [--ilp_seconds=10] [--cost_model=analytic|measured] [--batch_size=1]
+        [--method=ilp|greedy] [--ilp_work=400] [--ilp_seconds=10] [--cost_model=analytic|measured] [--batch_size=1]
         [--emit_onnx [--onnx_signature=S]] [--warmup] [--noprogress] [--allow_ops=A,B]
   tensat_tf convert [SRC] --model_base_path=BASE [--nowarmup]   (TF Serving: BASE/N -> BASE/N+1, warm-up records)
   tensat_tf batch --input_glob=GLOB|zoo:NAME [...] --output_root=ROOT [--jobs=N] [--model_timeout=S]
         [--model_memory_mb=MB] [convert's flags]   (one worker per model; resumable; one JSON line per model)
-  tensat_tf extract EGRAPH.json [--method=greedy|ilp] [--ilp_seconds=N] [--solver=auto|cbc|highs]
+  tensat_tf extract EGRAPH.json [--method=greedy|ilp] [--ilp_work=N] [--ilp_seconds=S] [--solver=auto|cbc|highs]
   tensat_tf profile SAVED_MODEL_DIR|zoo:NAME [--xla] [--batch_size=N] [--threads=1|default]   (latency per signature)
   tensat_tf rules [--rules=...] [--disable_rules=...] [--rules_file=F]   (one line per rule)
   tensat_tf calibrate SAVED_MODEL_DIR|zoo:NAME [--batch_size=N] [--fusion]   (times its ops into $TENSAT_TF_COST_CACHE;

@@ -21,7 +21,8 @@ Each iteration:
      transformer exports every gain (the Q/K/V merges) is in the first iterations, and what associativity/
      commutativity add later only makes the ILP slower (and, under its time limit, often worse). The probe starts after
      iteration 2 (the baseline), so a model that saturates in two iterations (ResNet) pays nothing for it; its
-     time counts against the time budget but not in the forecast of the next iteration (it is bounded on its own);
+     time counts neither against the time budget nor in the forecast of the next iteration: it is bounded on its own
+     (the pass's probe_work and probe_seconds), and a budget it spent would stop saturation on the machine's speed;
   6. stops with a typed reason: saturated (nothing changed and no rule is backed off: as in egg, when only backed-off
      rules are left, their bans are shortened so the earliest one ends now), iteration limit, node limit (nothing
      left to run under the limit), time limit, no gain, or error. The time limit is checked before an iteration starts,
@@ -260,6 +261,7 @@ class Saturator:
         if not self.rs.rules:
             return SaturationResult(StopReason.NO_RULES, iters, size0, size, banned, 0.0, node_limit, seconds)
         last_secs, growth = 0.0, 1.0
+        probe_secs = 0.0                        # the probes' time: bounded by their own limits, not the budget's
         best, stale = float("inf"), 0           # the probe's best cost so far, iterations since it improved
         best_at = None                          # (iterations done, session depth) when the probe found `best`
         changed_at = 0                          # iterations done when the e-graph last changed
@@ -275,7 +277,7 @@ class Saturator:
             if not active:                      # only backed-off rules left: end the earliest ban now (egg)
                 backoff.can_stop(k)
                 active = [n for n in runnable if not backoff.banned(n, k)]
-            if seconds is not None and time.perf_counter() - t0 + last_secs * growth > seconds:
+            if seconds is not None and time.perf_counter() - t0 - probe_secs + last_secs * growth > seconds:
                 reason = StopReason.TIME_LIMIT
                 break
             stats = IterationStats(k + 1, size, 0.0, {})
@@ -297,7 +299,9 @@ class Saturator:
                     changed_at = k + 1
             run_secs = time.perf_counter() - tl
             if updated and k > 0 and self.probe is not None and b.patience is not None:
+                tp = time.perf_counter()
                 stats.probe_cost = self.probe(self.session.egraph, k + 1)
+                probe_secs += time.perf_counter() - tp
                 if stats.probe_cost is not None and stats.probe_cost < best * (1 - PROBE_MIN_GAIN):
                     best, stale = stats.probe_cost, 0
                     best_at = (k + 1, self.session.depth)

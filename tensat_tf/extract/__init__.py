@@ -5,8 +5,8 @@
     result.choice, result.dag_cost, result.status, result.gap, result.bound
 
 method="greedy" is the greedy DAG extractor (greedy.py); method="ilp" starts from it and improves it with an ILP
-(ilp.py) under a hard wall-clock limit, so its cost is never above greedy's; it stops once the choice is proven within
-1 % of a lower bound (the solver's, the LP bound of reduced-cost fixing in prune.py, or the critical-path bound of
+(ilp.py) under a work limit (the same answer on every machine) and a hard wall-clock limit (the backstop), so its
+cost is never above greedy's; it stops once the choice is proven within 1 % of a lower bound (the solver's, the LP bound of reduced-cost fixing in prune.py, or the critical-path bound of
 bound.py). Every result is checked acyclic.
 """
 from __future__ import annotations
@@ -30,13 +30,15 @@ class Extraction:
     choice: dict[int, int]       # class -> chosen node, for exactly the classes the roots need
     dag_cost: float              # each chosen node counted once
     method: str                  # "ilp" | "greedy"
-    status: str                  # "optimal" | "feasible" | "time_limit" | "fallback" (see ilp.py)
+    status: str                  # "optimal" | "feasible" | "work_limit" | "time_limit" | "fallback" (see ilp.py)
     seconds: float               # wall-clock time of the whole call
     acyclic: bool
     gap: Optional[float]         # (dag_cost - bound) / dag_cost; None without a bound (always for greedy)
     solver: Optional[str]        # "cbc" | "highs" for the ILP, None for greedy
     greedy_dag_cost: Optional[float] = None   # the greedy choice's DAG cost (the ILP's warm start)
     bound: Optional[float] = None             # proven lower bound on every acyclic choice's DAG cost (ILP only)
+    work: int = 0                             # solver work spent (solvers.py), the same on every machine
+    clocked: bool = False                     # the wall clock cut the search short: may differ on another machine
 
 
 def resolve_solver(solver: str) -> str:
@@ -49,9 +51,10 @@ def resolve_solver(solver: str) -> str:
 
 
 def extract(egraph: EGraphData, method: str = "ilp", ilp_seconds: float = 10.0, solver: str = "auto",
-            rel_gap: float = ilp.REL_GAP) -> Extraction:
-    """Extract from `egraph`. For "ilp", `ilp_seconds` bounds the whole call (greedy, model building and solving),
-    and the search stops once the choice is proven within `rel_gap` (relative) of a lower bound.
+            rel_gap: float = ilp.REL_GAP, work: int = ilp.WORK) -> Extraction:
+    """Extract from `egraph`. For "ilp", `work` bounds the solvers' work (solvers.py) and `ilp_seconds` the whole
+    call's wall clock (greedy, model building and solving), and the search stops once the choice is proven within
+    `rel_gap` (relative) of a lower bound.
     Raises NoExtraction when no acyclic choice avoids the blacklist, ValueError on a bad argument."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, not {method!r}")
@@ -62,14 +65,15 @@ def extract(egraph: EGraphData, method: str = "ilp", ilp_seconds: float = 10.0, 
         return _finish(egraph, start, "greedy", "feasible", t0, None, None, start_cost)
 
     name = resolve_solver(solver)
-    res = ilp.solve_ilp(egraph, start, ilp_seconds - (time.monotonic() - t0), name, rel_gap=rel_gap)
+    res = ilp.solve_ilp(egraph, start, ilp_seconds - (time.monotonic() - t0), name, rel_gap=rel_gap, work=work)
     choice, status = res.choice, res.status
     if not dag.is_valid(egraph, choice):          # never returned by solve_ilp; a last line of defence
         choice, status = start, "fallback"
-    return _finish(egraph, choice, "ilp", status, t0, res.gap, name, start_cost, res.bound)
+    return _finish(egraph, choice, "ilp", status, t0, res.gap, name, start_cost, res.bound, res.work, res.clocked)
 
 
-def _finish(egraph, choice, method, status, t0, gap, solver, start_cost, bound=None) -> Extraction:
+def _finish(egraph, choice, method, status, t0, gap, solver, start_cost, bound=None, work=0,
+            clocked=False) -> Extraction:
     return Extraction(choice=choice, dag_cost=dag.dag_cost(egraph, choice), method=method, status=status,
                       seconds=time.monotonic() - t0, acyclic=dag.is_acyclic(egraph, choice), gap=gap,
-                      solver=solver, greedy_dag_cost=start_cost, bound=bound)
+                      solver=solver, greedy_dag_cost=start_cost, bound=bound, work=work, clocked=clocked)

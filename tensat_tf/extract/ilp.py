@@ -1,5 +1,12 @@
 """ILP extraction (the TENSAT paper, MLSys 2021, §4.3), HiGHS or CBC (milp.py, solvers.py): minimum DAG cost,
-acyclic, under a hard wall-clock limit, stopping once proven within rel_gap (1 % by default) of a lower bound.
+acyclic, stopping once proven within rel_gap (1 % by default) of a lower bound, under a work limit and a hard
+wall-clock limit.
+
+Limits: every decision of where to stop an unproven search is taken on work (solvers.py: HiGHS's limit checks,
+CBC's nodes) and on nothing that depends on the machine's speed, so the same e-graph gives the same choice on a fast
+machine and on a slow or busy one. The wall clock is a backstop; when it cuts anything short (a solve, an LP, a
+search it left no time to start) the result says so (IlpResult.clocked), because its choice may then differ
+elsewhere.
 
 Model, on the reduced e-graph (reduce.py):
   x_i in {0,1} per e-node; minimise sum c_i x_i (each chosen node paid once: DAG cost, not tree cost).
@@ -31,7 +38,7 @@ often enough on its own: on TENSAT's bert.json the bound goes from 0.586 to 0.70
 choice within about 1 % is known, and 20,244 nodes become 2,009 (BENCHMARKS.md).
 
 Search (with "order", when the e-graph has two or more SCCs): first a neighbourhood search that re-solves one SCC at
-a time with the others fixed (_improve_by_scc; up to 75 % of the time), then, pruned again when the search found a
+a time with the others fixed (_improve_by_scc; up to 75 % of the work), then, pruned again when the search found a
 cheaper choice, the whole model from its result, which may still improve it and gives the global lower bound. On
 TENSAT's bert.json the whole model alone ends anywhere between 0.71 and 0.77 in 20 s from run to run; the SCC search
 gets to about 0.71, and the pruned whole model then proves 0.7047 optimal in under a second (BENCHMARKS.md).
@@ -63,13 +70,16 @@ from tensat_tf.extract.milp import Milp
 from tensat_tf.extract.prune import excluded, lagrangian_bound
 from tensat_tf.extract.reduce import Reduced, reduce
 from tensat_tf.extract.required import required_classes
+from tensat_tf.options import WORK
 
 # optimal:    proven optimal within the relative gap tolerance (rel_gap, 1 % by default), by the solver or by the
 #             critical-path bound (bound.py);
-# time_limit: the clock ended the search; the answer is the best acyclic choice found (possibly the start);
-# feasible:   the solver stopped unproven well before its time limit (its own limits);
+# work_limit: the work limit ended the search (the same answer on every machine); the best acyclic choice found;
+# time_limit: the wall clock ended the search first; the answer is the best acyclic choice found (possibly the
+#             start), and may differ on a faster or slower machine;
+# feasible:   the solver stopped unproven for its own reasons (neither limit);
 # fallback:   no solve returned a valid acyclic choice (or there was no time to build the model): the start choice.
-STATUSES = ("optimal", "feasible", "time_limit", "fallback")
+STATUSES = ("optimal", "feasible", "work_limit", "time_limit", "fallback")
 log = logging.getLogger(__name__)
 # The default relative optimality gap: the solvers stop, and the result counts as optimal, within 1 % of a proven
 # lower bound (issue 11's target); 1e-4 (HiGHS's default) costs many times the time on TENSAT's e-graphs.
@@ -83,6 +93,8 @@ class IlpResult:
     gap: Optional[float]         # (cost - bound) / cost, when there is a bound
     bound: Optional[float]       # the best lower bound proven for the acyclic problem (solver's or path bound)
     iterations: int              # solver calls (more than one only with lazy cycle cuts)
+    work: int = 0                # solver work spent (solvers.py), the same on every machine
+    clocked: bool = False        # the wall clock cut a solve or an LP short: another machine may choose otherwise
 
 
 class _Model:
@@ -246,38 +258,41 @@ class _Model:
 
 def solve_ilp(egraph: EGraphData, start: dict[int, int], seconds: float, solver: str,
               acyclicity: str = "order", short_cycles: bool = True, scc_search: bool = True,
-              threads: int = 1, rel_gap: float = REL_GAP, path_bound: bool = True, prune: bool = True) -> IlpResult:
-    """Best acyclic choice found within `seconds` (model building included), never worse than `start`, which must
-    be a valid acyclic choice (the greedy one). acyclicity: "order" | "lazy" (see the module doc); scc_search:
-    with "order", first improve the start one SCC at a time (see _improve_by_scc). rel_gap: stop (status
-    "optimal") once the choice is proven within this relative gap of a lower bound. path_bound: also use the
-    solver-free critical-path bound (bound.py), and skip the ILP when it already proves the start within rel_gap.
-    prune: drop the nodes reduced-cost fixing excludes (_pruned_model) before each search, when HiGHS is there."""
+              threads: int = 1, rel_gap: float = REL_GAP, path_bound: bool = True, prune: bool = True,
+              work: int = WORK) -> IlpResult:
+    """Best acyclic choice found within `work` units of solver work (solvers.py; the same answer on every machine)
+    and `seconds` of wall clock (model building included; a backstop), never worse than `start`, which must be a
+    valid acyclic choice (the greedy one). acyclicity: "order" | "lazy" (see the module doc); scc_search: with
+    "order", first improve the start one SCC at a time (see _improve_by_scc). rel_gap: stop (status "optimal") once
+    the choice is proven within this relative gap of a lower bound. path_bound: also use the solver-free
+    critical-path bound (bound.py), and skip the ILP when it already proves the start within rel_gap. prune: drop
+    the nodes reduced-cost fixing excludes (_pruned_model) before each search, when HiGHS is there."""
     if acyclicity not in ("order", "lazy"):
         raise ValueError(f"acyclicity must be 'order' or 'lazy', not {acyclicity!r}")
     if not rel_gap >= 0:
         raise ValueError(f"rel_gap must be >= 0, not {rel_gap!r}")
+    if work < 1:
+        raise ValueError(f"work must be >= 1, not {work!r}")
     if any(n.cost < 0 for n in egraph.nodes):
         raise ValueError("ILP extraction needs non-negative node costs")
-    t0 = time.monotonic()
-    deadline = t0 + seconds - _TAIL
+    spend = _Spend(work, time.monotonic() + seconds - _TAIL)
     best = dict(start)
     if seconds < _MIN_SECONDS:                   # not even time to build the model (about 1.5 s on bert.json)
-        return IlpResult(best, "fallback", None, None, 0)
+        return IlpResult(best, "fallback", None, None, 0, clocked=True)
     low = path_lower_bound(egraph) if path_bound else None
     best_cost = dag.dag_cost(egraph, best)
     if low is not None and best_cost - low <= rel_gap * best_cost:
         return IlpResult(best, "optimal", _gap(best_cost, low), min(low, best_cost), 0)
     prune = prune and solvers.highs_available()
 
-    def build(on: EGraphData, until: float) -> _Model:
+    def build(on: EGraphData) -> _Model:
         nonlocal low
         if not prune:
             model = _Model(on, reduce(on), acyclicity)
             if short_cycles:
                 model.add_short_cycle_cuts()
             return model
-        model, lp_bound = _pruned_model(on, best, best_cost, acyclicity, short_cycles, until, rel_gap)
+        model, lp_bound = _pruned_model(on, best, best_cost, acyclicity, short_cycles, spend, rel_gap)
         if lp_bound is not None:                 # a bound of the acyclic problem with best_cost (prune.py)
             low = lp_bound if low is None else max(low, lp_bound)
         return model
@@ -285,16 +300,19 @@ def solve_ilp(egraph: EGraphData, start: dict[int, int], seconds: float, solver:
     def proven() -> bool:
         return low is not None and best_cost - low <= rel_gap * best_cost
 
-    model = build(egraph, t0 + _PRUNE_SHARE * seconds)
+    def finished() -> IlpResult:
+        return IlpResult(best, "optimal", _gap(best_cost, low), min(low, best_cost), 0, spend.used, spend.clocked)
+
+    model = build(egraph)
     if proven():
-        return IlpResult(best, "optimal", _gap(best_cost, low), min(low, best_cost), 0)
+        return finished()
     session = solvers.Session(model.milp, solver, threads, rel_gap)
     answered = False                             # did any solve return a valid acyclic choice?
     while scc_search and acyclicity == "order" and len(set(model.scc_of.values())) > 1:
         # With pruning, the search stops at a choice _REPRUNE cheaper than the one the model was pruned with: a
         # cheaper choice excludes more, so prune again (from what is already dropped, which stays dropped), and go on
         # searching the smaller model unless that proved the choice.
-        best, found = _improve_by_scc(model, session, best, t0 + _SCC_SHARE * seconds,
+        best, found = _improve_by_scc(model, session, best, spend, int(_SCC_SHARE * work),
                                       (1 - _REPRUNE) * best_cost if prune else -math.inf)
         answered = answered or found
         model.free_only_scc(None, best)
@@ -303,24 +321,22 @@ def solve_ilp(egraph: EGraphData, start: dict[int, int], seconds: float, solver:
             break
         handed_back = cost < (1 - _REPRUNE) * best_cost       # else the search ended: prune once more, then stop
         best_cost = cost
-        model = build(model.egraph, t0 + (_SCC_SHARE + 1.0) / 2 * seconds)
+        model = build(model.egraph)
         if proven():
-            return IlpResult(best, "optimal", _gap(best_cost, low), min(low, best_cost), 0)
+            return finished()
         session = solvers.Session(model.milp, solver, threads, rel_gap)
         if not handed_back:
             break
     best_cost = dag.dag_cost(egraph, best)
     model.set_start(best)
 
-    iterations, bound, proved, stopped_early = 0, None, False, False
-    while deadline - time.monotonic() > 0.2:
+    iterations, bound, proved = 0, None, False
+    while spend.can_solve(session):
         iterations += 1
-        given = deadline - time.monotonic()
-        res = session.solve(given)
-        # A solver that gave up unproven with a second or more to spare (its own margins are smaller) did so for its
-        # own reasons, not the clock.
-        stopped_early = res.status == "feasible" and given - res.seconds > 1.0
-        log.debug("whole model: %s in %.2f s, objective %s, bound %s", res.status, res.seconds, res.objective, res.bound)
+        res = session.solve(spend.seconds(), spend.left())
+        spend.charge(res)
+        log.debug("whole model: %s in %.2f s (%d work), objective %s, bound %s", res.status, res.seconds, res.work,
+                  res.objective, res.bound)
         if res.bound is not None:                # every solve is a relaxation of the acyclic problem: keep the best
             bound = res.bound if bound is None else max(bound, res.bound)
         choice = model.read_choice(res.values)
@@ -348,9 +364,47 @@ def solve_ilp(egraph: EGraphData, start: dict[int, int], seconds: float, solver:
         status = "optimal"
     elif not answered:
         status = "fallback"                      # the ILP gave no acyclic solution: this is the start (greedy) choice
+    elif spend.clocked:
+        status = "time_limit"
+    elif spend.worked:
+        status = "work_limit"
     else:
-        status = "feasible" if stopped_early else "time_limit"
-    return IlpResult(best, status, gap, bound, iterations)
+        status = "feasible"                      # the solver gave up unproven for its own reasons
+    return IlpResult(best, status, gap, bound, iterations, spend.used, spend.clocked)
+
+
+class _Spend:
+    """What one extraction may spend and has spent: work units (solvers.py), which decide every stop the same way
+    on every machine, and the wall clock, the backstop; `clocked` records that the clock cut something short (a
+    solve, an LP, or a search it left no time to start), so that another machine may answer otherwise."""
+
+    def __init__(self, work: int, deadline: float):
+        self.work, self.deadline = work, deadline
+        self.used = 0
+        self.clocked = False     # the wall clock stopped something
+        self.worked = False      # the work limit stopped something
+
+    def left(self) -> int:
+        return self.work - self.used
+
+    def seconds(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def charge(self, res: solvers.SolveResult) -> None:
+        self.used += res.work
+        self.clocked |= res.limit == "time"
+        self.worked |= res.limit == "work"
+
+    def can_solve(self, session: solvers.Session, work_until: Optional[int] = None) -> bool:
+        """Whether a solve fits in the work left (up to `work_until` units spent) and in the clock; a stop for the
+        clock is recorded."""
+        if (self.work if work_until is None else work_until) - self.used < session.min_work:
+            self.worked = True
+            return False
+        if self.seconds() < (session.min_seconds if work_until is not None else 0.2):
+            self.clocked = True
+            return False
+        return True
 
 
 def _gap(cost: float, low: float) -> float:
@@ -361,27 +415,26 @@ _MIN_SECONDS = 0.5
 # Kept back from the solvers for reading and checking their answer here and in extract() (~0.3 s on bert.json).
 _TAIL = 0.4
 
-# Reduced-cost fixing (_pruned_model) stops starting LPs after this share of the time: on bert.json it proves the
-# answer or shrinks the model in about 3 s of 10.
-_PRUNE_SHARE = 0.5
-
 # The SCC search hands back for pruning again once its choice is this much (relative) cheaper than the one the model
 # was pruned with (on bert.json: the greedy 0.8247, then 0.7837, which prunes the model to 2,009 nodes).
 _REPRUNE = 0.01
 
-# At most this share of the time goes to the SCC-by-SCC search; the rest to the whole model, which also gives the
+# At most this share of the work goes to the SCC-by-SCC search; the rest to the whole model, which also gives the
 # global bound (the search's bounds hold only for its restricted models).
 _SCC_SHARE = 0.75
 
 
+
 def _pruned_model(egraph: EGraphData, best: dict[int, int], best_cost: float, acyclicity: str, short_cycles: bool,
-                  until: float, rel_gap: float) -> tuple[_Model, Optional[float]]:
+                  spend: _Spend, rel_gap: float) -> tuple[_Model, Optional[float]]:
     """The model of `egraph` less the nodes that reduced-cost fixing (prune.py) excludes from every choice cheaper
     than `best` (of cost best_cost), and the highest LP-dual bound met: every acyclic choice costs at least
     min(best_cost, that bound). Each round solves the model's LP relaxation, blacklists the nodes it excludes,
     and reduces again (reduce.py), which drops more (their ungroundable or unreachable neighbours); rounds go on
-    while they exclude something, the bound is not yet within rel_gap, and `until` has not passed. `best`'s nodes are
-    never dropped, so it stays a warm start."""
+    while they exclude something (each excludes at least one node: a handful of rounds on TENSAT's e-graphs) and the
+    bound is not yet within rel_gap; the clock (`spend`) stops them only as a backstop. The simplex method's path
+    does not depend on the clock, so the rounds are the same on every machine. `best`'s nodes are never dropped, so
+    it stays a warm start."""
     keep = frozenset(best.values())
     black = set(egraph.blacklist)
     bound: Optional[float] = None
@@ -390,8 +443,9 @@ def _pruned_model(egraph: EGraphData, best: dict[int, int], best_cost: float, ac
         model = _Model(on, reduce(on, keep), acyclicity)
         if short_cycles:
             model.add_short_cycle_cuts()
-        lp = solvers.solve_lp(model.milp, until - time.monotonic())
-        if lp is None:
+        lp = solvers.solve_lp(model.milp, spend.seconds())
+        if lp is None or lp.status != "optimal":
+            spend.clocked |= lp is not None and lp.status == "time"
             return model, bound
         low, reduced = lagrangian_bound(model.milp, lp.row_duals)
         bound = low if bound is None else max(bound, low)
@@ -405,46 +459,48 @@ def _pruned_model(egraph: EGraphData, best: dict[int, int], best_cost: float, ac
         black.update(nodes[k] for k in out)
 
 
-def _improve_by_scc(model: _Model, session: solvers.Session, best: dict[int, int],
-                    until: float, stop_below: float = -math.inf) -> tuple[dict[int, int], bool]:
+def _improve_by_scc(model: _Model, session: solvers.Session, best: dict[int, int], spend: _Spend,
+                    work_until: int, stop_below: float = -math.inf) -> tuple[dict[int, int], bool]:
     """Large-neighbourhood search: re-optimise one SCC at a time, all nodes of the other SCCs fixed to the incumbent
     and the acyclic rest of the e-graph free. Cycles never cross SCCs, so each sub-problem keeps only its own order
     rows, and HiGHS solves most of them to optimality in well under a second where the whole model stalls: on
     bert.json, whose 7 SCCs are its 7 merge-rich layers, this is what finds the matmul merges the greedy misses.
 
     Rounds repeat until every SCC has been solved to optimality since the last improvement (an improvement changes
-    the fixed context of all the others). A sub-problem that runs out of its time share is retried in a later round
-    with twice the time. The search also ends once the best cost is below `stop_below` (for the caller to prune
-    again). Returns (best choice, whether any sub-problem returned a valid choice)."""
+    the fixed context of all the others), or the search has spent `spend` up to `work_until` work units. A
+    sub-problem that runs out of its work share is retried in a later round with twice the work. The search also
+    ends once the best cost is below `stop_below` (for the caller to prune again). Returns (best choice, whether any
+    sub-problem returned a valid choice)."""
     egraph = model.egraph
     size: dict[int, int] = defaultdict(int)
     for s in model.scc_of.values():
         size[s] += 1
     best_cost = dag.dag_cost(egraph, best)
     done: set[int] = set()          # solved to optimality since the last improvement
-    solved: dict[int, float] = {}   # SCCs solved to optimality at least once -> seconds that took
-    short: set[int] = set()         # SCCs whose last try ran out of its time
-    allotted: dict[int, float] = {}
+    solved: dict[int, int] = {}     # SCCs solved to optimality at least once -> work that took
+    short: set[int] = set()         # SCCs whose last try ran out of its work
+    allotted: dict[int, int] = {}
     any_valid = False
-    while len(done) < len(size) and until - time.monotonic() >= session.min_seconds:
-        # Unsolved SCCs first, sharing the time left between them: re-checking a solved one in a slightly changed
-        # context rarely pays and needs about the time it took before, while an unsolved one (bert.json's largest
+    while len(done) < len(size) and spend.can_solve(session, work_until):
+        # Unsolved SCCs first, sharing the work left between them: re-checking a solved one in a slightly changed
+        # context rarely pays and needs about the work it took before, while an unsolved one (bert.json's largest
         # needs ~5 s) is where the next improvement usually is.
         for s in sorted(size, key=lambda k: (k in solved, k)):
-            left = until - time.monotonic()
-            if left < session.min_seconds:
-                break
             if s in done:
                 continue
+            if not spend.can_solve(session, work_until):
+                break
+            left = work_until - spend.used
             if s in solved:
-                # Twice what solving it took, and twice the last try's time after a try that ran out.
+                # Twice what solving it took, and twice the last try's work after a try that ran out.
                 want = 2 * solved[s] if s not in short else 2 * allotted[s]
             else:
-                want = max(left / sum(1 for k in size if k not in solved), 2 * allotted.get(s, 0.0))
-            allotted[s] = min(left, max(session.min_seconds, want))
+                want = max(left // sum(1 for k in size if k not in solved), 2 * allotted.get(s, 0))
+            allotted[s] = min(left, max(session.min_work, want))
             model.free_only_scc(s, best)
             model.set_start(best)
-            res = session.solve(allotted[s])
+            res = session.solve(spend.seconds(), allotted[s])
+            spend.charge(res)
             choice = model.read_choice(res.values)
             if choice is not None and dag.is_valid(egraph, choice):
                 any_valid = True
@@ -454,11 +510,12 @@ def _improve_by_scc(model: _Model, session: solvers.Session, best: dict[int, int
                     done.clear()             # every other SCC now sees a different fixed context
             if res.status == "optimal":
                 done.add(s)
-                solved[s] = res.seconds
+                solved[s] = max(1, res.work)
                 short.discard(s)
             else:
                 short.add(s)
-            log.debug("scc %d (%d classes): %s in %.2f s, best %.6f", s, size[s], res.status, res.seconds, best_cost)
+            log.debug("scc %d (%d classes): %s in %.2f s (%d work), best %.6f", s, size[s], res.status, res.seconds,
+                      res.work, best_cost)
             if best_cost < stop_below:
                 return best, any_valid
     return best, any_valid

@@ -1,4 +1,13 @@
-"""Solve a Milp (milp.py) under a HARD wall-clock limit, with a warm start, and report the solver's best bound.
+"""Solve a Milp (milp.py) under a work limit and a HARD wall-clock limit, with a warm start, and report the solver's
+best bound.
+
+The work limit is what makes a solve's answer the same on every machine: with HiGHS it counts the solver's limit
+checks (its MIP interrupt callback, called at the points where it checks its own limits: after each root cut round
+and heuristic, and between nodes), so a solve stopped after N checks stopped at the same point of the same search
+on a fast machine and on a slow or busy one. On this VM a check comes every 15-40 ms on the suite's and TENSAT's
+e-graphs (BENCHMARKS.md). CBC gets the work limit as its node limit (-maxNodes). The wall clock is the backstop
+that keeps a conversion bounded on any machine; a solve it stops says so (SolveResult.limit == "time"), and its
+answer may differ on another machine.
 
 PuLP's own solve() can overrun its timeLimit: CBC has been seen to ignore `-sec` while in preprocessing or a long
 LP, and PuLP waits for the subprocess without a timeout. Both backends here pass the limit to the solver AND enforce
@@ -43,6 +52,8 @@ class SolveResult:
     bound: Optional[float]      # best lower bound the solver proved (minimisation), if it said
     seconds: float
     values: Optional[np.ndarray] = None   # the solution, one value per Milp column
+    work: int = 0               # work units spent (HiGHS: limit checks; CBC: branch-and-bound nodes)
+    limit: Optional[str] = None # what stopped an unproven solve: "work" (the same everywhere), "time" (the clock)
 
 
 def highs_available() -> bool:
@@ -68,10 +79,14 @@ class Session:
         # Below this a solve is pointless: CBC spends about that long writing, starting and presolving bert.json.
         # HiGHS gets HIGHS_MARGIN less than it is given, so under ~0.5 s it has too little to solve anything.
         self.min_seconds = 3.0 if solver == "cbc" else 0.5
+        # Below this much work a solve is pointless: HiGHS makes its first checks after its root LP, and stopping
+        # there hands back the warm start.
+        self.min_work = 1 if solver == "cbc" else 4
         self._highs: Optional["_HiGHS"] = None
         self._pulp: Optional[_PulpMirror] = None
 
-    def solve(self, seconds: float) -> SolveResult:
+    def solve(self, seconds: float, work: Optional[int] = None) -> SolveResult:
+        """Solve within `work` units (None: no limit) and `seconds` of wall clock, whichever ends first."""
         t0 = time.monotonic()
         seconds = max(seconds, 0.1)
         self.milp._freeze()
@@ -83,33 +98,37 @@ class Session:
             if synced is None:
                 res = SolveResult("none", None, None, 0.0)
             else:
-                res = _CBC(self.threads, self.rel_gap).run(self.milp, *synced, deadline - time.monotonic())
+                res = _CBC(self.threads, self.rel_gap).run(self.milp, *synced, deadline - time.monotonic(), work)
         else:
             if self._highs is None:
                 self._highs = _HiGHS(self.milp, self.threads, self.rel_gap)
-            res = self._highs.run(seconds)
+            res = self._highs.run(seconds, work)
         res.seconds = time.monotonic() - t0
         return res
 
 
-def solve(milp: Milp, solver: str, seconds: float, threads: int = 1, rel_gap: Optional[float] = None) -> SolveResult:
+def solve(milp: Milp, solver: str, seconds: float, threads: int = 1, rel_gap: Optional[float] = None,
+          work: Optional[int] = None) -> SolveResult:
     """One solve of `milp` (see Session)."""
-    return Session(milp, solver, threads, rel_gap).solve(seconds)
+    return Session(milp, solver, threads, rel_gap).solve(seconds, work)
 
 
 @dataclasses.dataclass
 class LpResult:
-    objective: float            # the LP relaxation's optimum, as HiGHS reports it
-    values: np.ndarray          # its solution, one value per Milp column
-    row_duals: np.ndarray       # one dual value per Milp row (HiGHS's sign: reduced cost = cost - A^T row_duals)
+    status: str                 # "optimal" | "time" (the clock stopped it: values and duals are None) | "failed"
+    objective: Optional[float] = None   # the LP relaxation's optimum, as HiGHS reports it
+    values: Optional[np.ndarray] = None     # its solution, one value per Milp column
+    row_duals: Optional[np.ndarray] = None  # one dual per Milp row (HiGHS's sign: reduced cost = cost - A^T duals)
 
 
 def solve_lp(milp: Milp, seconds: float) -> Optional[LpResult]:
-    """The LP relaxation of `milp` (integrality dropped, current column bounds) with HiGHS, within `seconds`; None
-    when HiGHS is missing, runs out of time or finds no optimum. Synchronous: HiGHS's simplex keeps to its own time
-    limit, unlike its branch and bound."""
-    if not highs_available() or seconds <= 0.05:
+    """The LP relaxation of `milp` (integrality dropped, current column bounds) with HiGHS, within `seconds` of wall
+    clock (a backstop: the simplex method's path does not depend on it); None when HiGHS is missing. Synchronous:
+    HiGHS's simplex keeps to its own time limit, unlike its branch and bound."""
+    if not highs_available():
         return None
+    if seconds <= 0.05:
+        return LpResult("time")
     import highspy
 
     milp._freeze()
@@ -121,10 +140,11 @@ def solve_lp(milp: Milp, seconds: float) -> Optional[LpResult]:
     h.changeColsCost(milp.num_cols, np.arange(milp.num_cols, dtype=np.int32), milp.cost)
     _add_rows(h, milp, 0)
     h.run()
-    if h.getModelStatus() != highspy.HighsModelStatus.kOptimal:
-        return None
+    status = h.getModelStatus()
+    if status != highspy.HighsModelStatus.kOptimal:
+        return LpResult("time" if status == highspy.HighsModelStatus.kTimeLimit else "failed")
     sol = h.getSolution()
-    return LpResult(float(h.getInfo().objective_function_value), np.array(sol.col_value, dtype=np.float64),
+    return LpResult("optimal", float(h.getInfo().objective_function_value), np.array(sol.col_value, dtype=np.float64),
                     np.array(sol.row_dual, dtype=np.float64))
 
 
@@ -197,7 +217,8 @@ class _CBC(pulp.PULP_CBC_CMD):
         super().__init__(msg=False, warmStart=True)
         self.n_threads, self.rel_gap = threads, rel_gap
 
-    def run(self, milp: Milp, prob: pulp.LpProblem, cols: list[pulp.LpVariable], seconds: float) -> SolveResult:
+    def run(self, milp: Milp, prob: pulp.LpProblem, cols: list[pulp.LpVariable], seconds: float,
+            work: Optional[int] = None) -> SolveResult:
         # Writing the MPS file takes up to a second on bert.json: the limits count from here, not from CBC's start.
         deadline = time.monotonic() + seconds
         with tempfile.TemporaryDirectory(prefix="tensat_cbc_") as tmp:
@@ -214,6 +235,8 @@ class _CBC(pulp.PULP_CBC_CMD):
                 args += ["-threads", str(self.n_threads)]
             if self.rel_gap is not None:
                 args += ["-ratioGap", f"{self.rel_gap:g}"]
+            if work is not None:
+                args += ["-maxNodes", str(max(1, int(work)))]
             args += ["-solve", "-printingOptions", "all", "-solution", sol]
             with open(log, "w") as out:
                 proc = subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
@@ -222,23 +245,27 @@ class _CBC(pulp.PULP_CBC_CMD):
                 except subprocess.TimeoutExpired:
                     proc.kill()
                     proc.wait()
-                    return SolveResult("none", None, None, 0.0)
+                    return SolveResult("none", None, None, 0.0, limit="time")
             if proc.returncode != 0 or not os.path.exists(sol):
                 return SolveResult("none", None, None, 0.0)
             status, values, _, _, _, sol_status = self.readsol_MPS(sol, prob, vs, var_names, con_names)
             with open(log) as f:
                 text = f.read()
+        nodes = _parse_float(r"Enumerated nodes:\s*([-+.\deE]+)", text)
+        spent = max(1, int(nodes or 0))
+        limit = "time" if "Stopped on time" in text else "work" if "Stopped on node" in text else None
         if status == pulp.LpStatusInfeasible:
-            return SolveResult("infeasible", None, None, 0.0)
+            return SolveResult("infeasible", None, None, 0.0, work=spent)
         if status != pulp.LpStatusOptimal:          # PuLP's "Optimal" also covers "stopped with a solution"
-            return SolveResult("none", None, cbc_bound(text, None), 0.0)
+            return SolveResult("none", None, cbc_bound(text, None), 0.0, work=spent, limit=limit)
         prob.assignVarsVals(values)
         x = np.array([0.0 if v.varValue is None else float(v.varValue) for v in cols], dtype=np.float64)
         obj = milp.objective(x)
         if sol_status == pulp.LpSolutionOptimal:
             # "Optimal" is also a stop within -ratioGap: its bound is below the objective
-            return SolveResult("optimal", obj, cbc_bound(text, obj) if "gap tolerance" in text else obj, 0.0, x)
-        return SolveResult("feasible", obj, cbc_bound(text, obj), 0.0, x)
+            return SolveResult("optimal", obj, cbc_bound(text, obj) if "gap tolerance" in text else obj, 0.0, x,
+                               work=spent)
+        return SolveResult("feasible", obj, cbc_bound(text, obj), 0.0, x, work=spent, limit=limit)
 
 
 def cbc_bound(log: str, objective: Optional[float]) -> Optional[float]:
@@ -320,7 +347,7 @@ class _HiGHS:
         _add_rows(self.h, self.milp, self.rows_built)
         self.rows_built = len(self.milp.rows)
 
-    def run(self, seconds: float) -> SolveResult:
+    def run(self, seconds: float, work: Optional[int] = None) -> SolveResult:
         h = self.h
         self._add_new_rows()
         lo, hi = _col_bounds(h, self.milp)
@@ -330,7 +357,7 @@ class _HiGHS:
             self.built_bounds = (lo, hi)
         # HiGHS keeps to its own limit within ~0.1 s, so it only needs a small margin; the guard below is spare.
         t0 = time.monotonic()
-        res = self._run_once(seconds, self.trust_start)
+        res = self._run_once(seconds, self.trust_start, work)
         if res.values is not None and self.trust_start and self.milp.start is not None:
             reported = h.getInfo().objective_function_value
             if abs(reported - res.objective) > 1e-7 * max(1.0, abs(reported)):
@@ -340,10 +367,13 @@ class _HiGHS:
                 # with presolve off): drop the solver's state and the start, for this solve and the next.
                 self.trust_start = False
                 h.clearSolver()
-                res = self._run_once(seconds - (time.monotonic() - t0), False)
+                again = self._run_once(seconds - (time.monotonic() - t0), False,
+                                       None if work is None else max(1, work - res.work))
+                again.work += res.work
+                res = again
         return res
 
-    def _run_once(self, seconds: float, start: bool) -> SolveResult:
+    def _run_once(self, seconds: float, start: bool, work: Optional[int]) -> SolveResult:
         import highspy
 
         h = self.h
@@ -351,22 +381,46 @@ class _HiGHS:
         if start and self.milp.start is not None:
             n = len(self.milp.start)
             h.setSolution(n, np.arange(n, dtype=np.int32), self.milp.start.astype(np.float64))
-        h.startSolve()
-        done, _ = h.wait(seconds + GRACE / 2)
-        if not done:
-            h.cancelSolve()
-            done, _ = h.wait(GRACE)
+        state = {"checks": 0, "work": False, "cancel": False}
+
+        def count(event):
+            state["checks"] += 1
+            state["work"] |= work is not None and state["checks"] >= work
+            answer(event)
+
+        def answer(event):
+            # Every time, True or False: HiGHS keeps the interrupt flag from the last callback, of the last run too
+            # (a session's next solve stopped at its first check), and this runs after highspy's own handler.
+            event.interrupt(state["work"] or state["cancel"])
+        callbacks = [(h.cbMipInterrupt, count), (h.cbSimplexInterrupt, answer), (h.cbIpmInterrupt, answer)]
+        for kind, fn in callbacks:
+            kind += fn
+        try:
+            h.startSolve()
+            done, _ = h.wait(seconds + GRACE / 2)
+            if not done:
+                state["cancel"] = True
+                h.cancelSolve()
+                done, _ = h.wait(GRACE)
+        finally:
+            for kind, fn in callbacks:
+                kind -= fn
+        checks = [state["checks"], state["work"]]
         if not done:
             # The solver thread ignored the interrupt; it is a daemon thread and is left behind, unused.
-            return SolveResult("none", None, None, 0.0)
+            return SolveResult("none", None, None, 0.0, work=checks[0], limit="time")
 
         ms = h.getModelStatus()
         info = h.getInfo()
         MS = highspy.HighsModelStatus
+        spent = checks[0]
         if ms in (MS.kInfeasible, MS.kUnboundedOrInfeasible):
-            return SolveResult("infeasible", None, None, 0.0)
+            return SolveResult("infeasible", None, None, 0.0, work=spent)
+        # an interrupt the work limit did not ask for is the wall clock's (cancelSolve above)
+        limit = ("work" if checks[1] else "time") if ms in (MS.kInterrupt, MS.kTimeLimit) else None
         bound = info.mip_dual_bound if math.isfinite(info.mip_dual_bound) else None
         if info.primal_solution_status != int(highspy.SolutionStatus.kSolutionStatusFeasible):
-            return SolveResult("none", None, bound, 0.0)
+            return SolveResult("none", None, bound, 0.0, work=spent, limit=limit)
         x = np.array(h.getSolution().col_value, dtype=np.float64)
-        return SolveResult("optimal" if ms == MS.kOptimal else "feasible", self.milp.objective(x), bound, 0.0, x)
+        return SolveResult("optimal" if ms == MS.kOptimal else "feasible", self.milp.objective(x), bound, 0.0, x,
+                           work=spent, limit=limit)
