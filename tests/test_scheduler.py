@@ -173,3 +173,17 @@ def test_a_probe_gain_below_the_minimum_counts_as_none(tmp_path):
     res = saturate(eg, _rules(tmp_path), Budget(iterations=10, match_limit=None, patience=1, **UNSCALED),
                    probe=lambda eg, iteration: next(costs))
     assert res.stop_reason == StopReason.NO_GAIN and len(res.iterations) == 3 and res.kept_iterations == 2
+
+
+def test_the_probes_time_does_not_count_against_the_saturation_budget(tmp_path):
+    """A probe has its own limits (the pass's probe_work and probe_seconds); charged to the saturation budget, a slow
+    machine's probes would end saturation on time where a fast machine's do not."""
+    import time
+
+    def slow(eg, iteration):                # 0.6 s per probe, a falling cost: only the budget could stop it early
+        time.sleep(0.6)
+        return 1.0 / iteration
+    eg, _, _ = _egraph()
+    res = saturate(eg, _rules(tmp_path), Budget(iterations=6, match_limit=None, seconds=1.0, **UNSCALED), probe=slow)
+    assert res.stop_reason != StopReason.TIME_LIMIT and len(res.iterations) >= 4
+    assert res.seconds > 1.0 + 0.6          # the probes took longer than the whole budget

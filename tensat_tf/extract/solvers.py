@@ -96,7 +96,7 @@ class Session:
                 self._pulp = _PulpMirror(self.milp)
             synced = self._pulp.sync(deadline - SOFT_MARGIN)
             if synced is None:
-                res = SolveResult("none", None, None, 0.0)
+                res = SolveResult("none", None, None, 0.0, limit="time")   # the clock ran out building it
             else:
                 res = _CBC(self.threads, self.rel_gap).run(self.milp, *synced, deadline - time.monotonic(), work)
         else:
