@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+from typing import Optional
 
 
 def default_path(output_dir: str) -> str:
@@ -41,3 +42,21 @@ def _probed(egraph: dict) -> list[dict]:
     if egraph.get("stop_reason") != "no_gain":
         return []
     return (egraph.get("saturation") or {}).get("per_iteration", [])
+
+
+def clock_dependence(report: dict) -> Optional[str]:
+    """Why a conversion's output could depend on the machine's speed (one line), or None: its saturation stopped on
+    its time budget, a probe the wall clock cut short ended it for no gain, or the wall clock cut its extraction
+    short. Work limits stop the same way on every machine (tensat_tf/extract/solvers.py) and do not count. Reports
+    written before the work limit have no `clocked` entries: an unproven extraction there was the clock's."""
+    for name, sig in sorted(report["signatures"].items()):
+        eg, ex = sig.get("egraph") or {}, sig.get("extraction") or {}
+        if eg.get("stop_reason") == "time_limit":
+            return f"{name}: saturation stopped on its time budget"
+        clocked = probes_clocked(eg)
+        if clocked:
+            return f"{name}: saturation stopped for no gain after the clock cut short the probe of iteration " \
+                   f"{clocked[-1]}"
+        if ex.get("clocked") or ("clocked" not in ex and ex.get("status", "optimal") not in ("optimal", "work_limit")):
+            return f"{name}: the clock cut extraction short (it ended {ex.get('status')})"
+    return None

@@ -1,6 +1,7 @@
 """The before/after table `tensat_tf convert` prints (tensat_tf/cli/convert_cmd.py _table), from a report."""
 from __future__ import annotations
 
+from tensat_tf import report as report_file
 from tensat_tf.cli import convert_cmd
 
 
@@ -49,3 +50,39 @@ def test_a_signature_that_reuses_another_ones_graph_is_one_line():
     text = convert_cmd._table(report)
     assert "the same graph, inputs and outputs as serve: optimized once" in text
     assert text.count("e-graph 40 e-nodes") == 1 and text.count("signature serving_default: nodes 10 -> 8") == 1
+
+
+def test_a_stop_for_no_gain_after_a_probe_the_clock_cut_short_depends_on_the_machine():
+    def report(stop, statuses):
+        its = [{"index": k + 1, "probe_cost": 1.0, **({"probe_status": st} if st else {})}
+               for k, st in enumerate(statuses)]
+        return {"signatures": {"s": {"egraph": {"stop_reason": stop, "saturation": {"per_iteration": its}},
+                                     "extraction": {"status": "optimal"}}}}
+    assert report_file.clock_dependence(report("no_gain", [None, "optimal", "optimal"])) is None
+    # a report written before the work limit: its unproven probes were the clock's
+    assert "iteration 3" in report_file.clock_dependence(report("no_gain", [None, "optimal", "time_limit"]))
+    # the work limit stops a probe the same way on every machine; the clock does not
+    worked = report("no_gain", [None, "optimal", "work_limit"])
+    worked["signatures"]["s"]["egraph"]["saturation"]["per_iteration"][2]["probe_clocked"] = False
+    assert report_file.clock_dependence(worked) is None
+    worked["signatures"]["s"]["egraph"]["saturation"]["per_iteration"][2]["probe_clocked"] = True
+    assert "iteration 3" in report_file.clock_dependence(worked)
+    # saturated: the probes decided nothing (the final e-graph is the last one)
+    assert report_file.clock_dependence(report("saturated", [None, "time_limit"])) is None
+
+
+def test_an_extraction_the_clock_cut_short_depends_on_the_machine_and_one_the_work_limit_stopped_does_not():
+    def report(extraction):
+        return {"signatures": {"s": {"egraph": {"stop_reason": "saturated"}, "extraction": extraction}}}
+    assert report_file.clock_dependence(report({"status": "work_limit", "clocked": False})) is None
+    assert "clock" in report_file.clock_dependence(report({"status": "optimal", "clocked": True}))
+    # written before the work limit: a time_limit status was the clock's
+    assert "time_limit" in report_file.clock_dependence(report({"status": "time_limit"}))
+
+
+def test_the_table_says_when_the_clock_decided_part_of_the_conversion():
+    report = _report("saturated", [None])
+    assert "reproducibility" not in convert_cmd._table(report)
+    report["signatures"]["serving_default"]["extraction"]["clocked"] = True
+    assert "reproducibility: the wall clock decided part of this conversion (serving_default: the clock cut " \
+           "extraction short" in convert_cmd._table(report)

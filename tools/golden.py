@@ -22,10 +22,6 @@ from tensat_tf import zoo
 from tensat_tf.convert import convert
 from tensat_tf.options import Options
 
-# the stop reason whose outcome depends on how fast the machine is (tensat_tf/egraph/saturate.py StopReason)
-TIMED_STOPS = {"time_limit"}
-
-
 def environment() -> dict:
     """What the bytes depend on besides the code: a reference recorded elsewhere is not comparable."""
     return {"tensorflow": _dist_version("tensorflow"), "egglog": _dist_version("egglog"), "pulp": _dist_version("pulp"),
@@ -61,26 +57,11 @@ def digests(path: str) -> dict[str, str]:
     return dict(sorted(out.items()))
 
 
-def timing_dependence(report: dict) -> str | None:
-    """Why this conversion's output could depend on the machine's speed, or None."""
-    for name, sig in sorted(report["signatures"].items()):
-        eg, ex = sig.get("egraph") or {}, sig.get("extraction") or {}
-        if eg.get("stop_reason") in TIMED_STOPS:
-            return f"{name}: saturation stopped on {eg['stop_reason']}"
-        clocked = report_file.probes_clocked(eg)
-        if clocked:
-            return f"{name}: saturation stopped for no gain after the clock cut short the probe of iteration " \
-                   f"{clocked[-1]}"
-        if ex.get("clocked") or ("clocked" not in ex and ex.get("status", "optimal") not in ("optimal", "work_limit")):
-            return f"{name}: the clock cut extraction short (it ended {ex.get('status')})"
-    return None
-
-
 def _convert_here(name: str) -> tuple[dict | None, str | None]:
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "out")
         report = convert(f"zoo:{name}", out, Options(profile=False))
-        why = timing_dependence(report)
+        why = report_file.clock_dependence(report)
         return (None, why) if why else (digests(out), None)
 
 

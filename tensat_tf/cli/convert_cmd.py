@@ -122,6 +122,11 @@ def _table(report: dict) -> str:
         if prof:
             lines.append(f"  written: the {'optimized graph' if prof['published'] == 'optimized' else 'original'}'s "
                          f"conversion ({prof.get('reason', '')})")
+    why = report_file.clock_dependence(report)
+    if why:
+        lines.append(f"reproducibility: the wall clock decided part of this conversion ({why}), so another machine "
+                     f"may write other bytes; larger --saturation_seconds, --probe_seconds and --ilp_seconds leave "
+                     f"it to the work and node limits")
     hint = _frozen_weights_hint(report)
     if hint:
         lines.append(hint)
