@@ -32,8 +32,8 @@ flags.DEFINE_float("ilp_seconds", EngineOptions().ilp_seconds, "Extraction: hard
                   "backstop of --ilp_work (the best choice found is kept when it runs out; the report says "
                   "'clocked', and another machine may choose otherwise).")
 flags.DEFINE_integer("ilp_work", EngineOptions().ilp_work, "Extraction: work limit of the ILP, in solver limit checks "
-                     "(HiGHS) or nodes (CBC): where an unproven search stops, the same on every machine (400: about "
-                     "10 s of solving on a 2-core server).")
+                     "(HiGHS) or nodes (CBC): where an unproven search stops, the same on every machine (a check "
+                     "costs 3-100 ms on a 2-core server).")
 flags.DEFINE_enum("solver", "auto", ["auto", "cbc", "highs"], "ILP solver (auto: HiGHS when installed, else CBC).")
 flags.DEFINE_enum("cost_model", "analytic", ["analytic", "measured"],
                   "Cost of each e-node: analytic (FLOPs, bytes, per-op overhead) or measured on this device "
