@@ -163,10 +163,10 @@ class TensatPass:
     def _probe(self, ing, model):
         """The saturation probe: the DAG cost the extractor finds in the e-graph as it is now (the same export, cycle
         filter and costs as below, with the ILP limited to probe_work and probe_seconds). What it prepared and
-        extracted is kept by
-        iteration: saturation often leaves an e-graph a probe saw (when it stops for no gain, rolled back to the best
-        probe's; after a probed iteration and others that changed nothing), and preparing it again (export, cycle
-        filter, prices: 0.4 s of Inception-ResNet-v2's pass, BENCHMARKS.md) would give the same."""
+        extracted is kept by iteration: saturation often leaves an e-graph a probe saw (when it stops for no gain,
+        rolled back to the best probe's; after a probed iteration and others that changed nothing), and preparing it
+        again (export, cycle filter, prices: 0.4 s of Inception-ResNet-v2's pass, BENCHMARKS.md) would give the
+        same."""
         o = self.options
 
         def probe(eg, iteration: int):

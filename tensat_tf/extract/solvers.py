@@ -4,8 +4,8 @@ best bound.
 The work limit is what makes a solve's answer the same on every machine: with HiGHS it counts the solver's limit
 checks (its MIP interrupt callback, called at the points where it checks its own limits: after each root cut round
 and heuristic, and between nodes), so a solve stopped after N checks stopped at the same point of the same search
-on a fast machine and on a slow or busy one. On this VM a check comes every 15-40 ms on the suite's and TENSAT's
-e-graphs (BENCHMARKS.md). CBC gets the work limit as its node limit (-maxNodes). The wall clock is the backstop
+on a fast machine and on a slow or busy one. A check is a point of the search, not an amount of time: 3-95 ms apart
+on this VM (BENCHMARKS.md). CBC gets the work limit as its node limit (-maxNodes). The wall clock is the backstop
 that keeps a conversion bounded on any machine; a solve it stops says so (SolveResult.limit == "time"), and its
 answer may differ on another machine.
 
@@ -405,19 +405,18 @@ class _HiGHS:
         finally:
             for kind, fn in callbacks:
                 kind -= fn
-        checks = [state["checks"], state["work"]]
+        spent = state["checks"]
         if not done:
             # The solver thread ignored the interrupt; it is a daemon thread and is left behind, unused.
-            return SolveResult("none", None, None, 0.0, work=checks[0], limit="time")
+            return SolveResult("none", None, None, 0.0, work=spent, limit="time")
 
         ms = h.getModelStatus()
         info = h.getInfo()
         MS = highspy.HighsModelStatus
-        spent = checks[0]
         if ms in (MS.kInfeasible, MS.kUnboundedOrInfeasible):
             return SolveResult("infeasible", None, None, 0.0, work=spent)
         # an interrupt the work limit did not ask for is the wall clock's (cancelSolve above)
-        limit = ("work" if checks[1] else "time") if ms in (MS.kInterrupt, MS.kTimeLimit) else None
+        limit = ("work" if state["work"] else "time") if ms in (MS.kInterrupt, MS.kTimeLimit) else None
         bound = info.mip_dual_bound if math.isfinite(info.mip_dual_bound) else None
         if info.primal_solution_status != int(highspy.SolutionStatus.kSolutionStatusFeasible):
             return SolveResult("none", None, bound, 0.0, work=spent, limit=limit)
