@@ -24,14 +24,23 @@ class Budget:
     ban_length: int = 5
     nodes_per_enode: Optional[float] = 20.0     # node limit = max(min_nodes, this x e-nodes of the input), capped
     min_nodes: int = 2_000
-    seconds_per_enode: Optional[float] = 0.005  # time budget = max(min_seconds, this x e-nodes of the input), capped
-    min_seconds: float = 2.0
+    # The work budget, which decides (the same way on every machine): the e-nodes the iterations search, summed (an
+    # iteration searches the e-graph it starts from, once per attempt). = max(min_work, this x e-nodes of the
+    # input), capped at `work`. On this VM an iteration takes 0.1-0.3 ms per e-node it searches (BENCHMARKS.md), and
+    # the 15 real exports search at most 17x their input's e-nodes.
+    work: Optional[int] = 2_000_000
+    work_per_enode: Optional[float] = 40.0
+    min_work: int = 20_000
+    # The time budget, the backstop (the clock: a stop on it depends on the machine): = max(min_seconds, this x
+    # e-nodes of the input), capped at `seconds`; about 1.5 times what the work budget takes here at most.
+    seconds_per_enode: Optional[float] = 0.015
+    min_seconds: float = 6.0
     # with a probe: stop after this many iterations without a better cost. 1: on the 15 real exports and 9 zoo models
     # no probe ever improved after one that did not (BENCHMARKS.md), and a second stale iteration cost up to 1.7 s
     patience: Optional[int] = 1
 
-    def limits(self, enodes: int) -> tuple[int, Optional[float]]:
-        """(node limit, seconds) for an input of `enodes` e-nodes."""
+    def limits(self, enodes: int) -> tuple[int, Optional[float], Optional[int]]:
+        """(node limit, seconds, work) for an input of `enodes` e-nodes."""
         nodes = self.node_limit
         if self.nodes_per_enode is not None:
             nodes = min(nodes, max(self.min_nodes, int(self.nodes_per_enode * enodes)))
@@ -39,7 +48,11 @@ class Budget:
         if self.seconds_per_enode is not None:
             scaled = max(self.min_seconds, self.seconds_per_enode * enodes)
             secs = scaled if secs is None else min(secs, scaled)
-        return nodes, secs
+        work = self.work
+        if self.work_per_enode is not None:
+            scaled_work = max(self.min_work, int(self.work_per_enode * enodes))
+            work = scaled_work if work is None else min(work, scaled_work)
+        return nodes, secs, work
 
 
 METHODS, SOLVERS, COST_MODELS = ("ilp", "greedy"), ("auto", "cbc", "highs"), ("analytic", "measured")
@@ -98,6 +111,7 @@ class EngineOptions:
         """Raise errors.BadInput (errors.UnknownName for a rule name) unless these options can run; -> self."""
         b = self.budget
         for name, value in (("iterations", b.iterations), ("node_limit", b.node_limit),
+                            ("saturation_work", 1 if b.work is None else b.work),
                             ("batch_size", self.batch_size), ("unknown_dim", self.unknown_dim),
                             ("min_variable_elements", self.min_variable_elements),
                             ("ban_length", b.ban_length),

@@ -90,10 +90,8 @@ def test_node_limit_never_exceeded_and_rule_banned(zoo_cache):
         assert it.enodes <= 1000
 
 
-@pytest.mark.parametrize("scaled", [False, True])
-def test_saturation_time_limit_holds(tmp_path, scaled):
-    """A 40-term sum under commutativity and associativity grows without bound: the time budget must stop it, the
-    absolute one (1.5 s) or the one scaled to the input (max(1 s, 5 ms per input e-node))."""
+def _exploding(tmp_path):
+    """A 40-term sum under commutativity and associativity, which grows without bound: (e-graph, rule set)."""
     import tensorflow as tf
     g = tf.Graph()
     with g.as_default():
@@ -113,10 +111,18 @@ def test_saturation_time_limit_holds(tmp_path, scaled):
     ing = ingest.ingest(gd, item)
     eg = language.new_egraph()
     ingest.load(eg, ing)
+    return eg, rules.select([], extra_files=[str(p)])
+
+
+@pytest.mark.parametrize("scaled", [False, True])
+def test_saturation_time_limit_holds(tmp_path, scaled):
+    """Without a work budget, the time budget (the backstop) must stop an exploding e-graph: the absolute one (1.5 s)
+    or the one scaled to the input (max(1 s, 5 ms per input e-node))."""
+    eg, ruleset = _exploding(tmp_path)
     budget = Budget(iterations=1000, node_limit=10_000_000, seconds=1.5, match_limit=None, nodes_per_enode=None,
-                    seconds_per_enode=0.005 if scaled else None, min_seconds=1.0)
+                    seconds_per_enode=0.005 if scaled else None, min_seconds=1.0, work=None, work_per_enode=None)
     t = time.perf_counter()
-    res = saturate(eg, rules.select([], extra_files=[str(p)]), budget)
+    res = saturate(eg, ruleset, budget)
     elapsed = time.perf_counter() - t
     assert res.stop_reason == StopReason.TIME_LIMIT
     limit = max(1.0, 0.005 * res.enodes_before) if scaled else 1.5
@@ -128,6 +134,18 @@ def test_saturation_time_limit_holds(tmp_path, scaled):
     # on the total, once 2x the limit here, tests the machine rather than the scheduler)
     assert elapsed <= limit + max(it.seconds for it in res.iterations) + 0.1
 
+
+
+def test_the_default_work_budget_stops_an_exploding_egraph_before_the_clock(tmp_path):
+    """The default budget (no node limit here): the work budget, max(20,000, 40 per input e-node) e-nodes searched,
+    stops the explosion, well inside the time backstop, and no iteration starts past it."""
+    eg, ruleset = _exploding(tmp_path)
+    budget = Budget(iterations=1000, node_limit=10_000_000, match_limit=None, nodes_per_enode=None)
+    res = saturate(eg, ruleset, budget)
+    assert res.stop_reason == StopReason.WORK_LIMIT
+    assert res.work_limit == max(20_000, 40 * res.enodes_before) and res.searched <= res.work_limit
+    assert res.searched + res.enodes > res.work_limit        # the next iteration would have passed it
+    assert res.seconds < res.seconds_limit
 
 def test_cycle_filter_blacklists_the_newest_node():
     # class 0 = {n0: Input, n2: Relu(class 1)}, class 1 = {n1: Relu(class 0)}: 0 -> 1 -> 0 through n2 and n1

@@ -26,11 +26,13 @@ def test_backoff_thresholds_and_bans_double():
 
 def test_budget_scales_with_the_input_and_caps_hold():
     b = Budget()
-    assert b.limits(100) == (2_000, 2.0)                      # floors
-    assert b.limits(1_000) == (20_000, 5.0)
-    assert b.limits(10_000) == (50_000, 50.0)                 # the absolute node cap
+    assert b.limits(100) == (2_000, 6.0, 20_000)              # floors
+    assert b.limits(1_000) == (20_000, 15.0, 40_000)
+    assert b.limits(10_000) == (50_000, 150.0, 400_000)       # the absolute node cap
+    assert b.limits(100_000)[2] == 2_000_000                  # the absolute work cap
     assert Budget(seconds=3.0).limits(1_000)[1] == 3.0        # the absolute time cap
-    assert Budget(node_limit=700, nodes_per_enode=None, seconds_per_enode=None).limits(1_000) == (700, None)
+    assert Budget(node_limit=700, work=900, nodes_per_enode=None, seconds_per_enode=None,
+                  work_per_enode=None).limits(1_000) == (700, None, 900)
 
 
 def _egraph(n_mul=50):
@@ -67,7 +69,7 @@ def _commuted(eg, ing, mul) -> bool:
     return Session(eg).check(f"(= {ing.lets[mul.name]} (Mul {b} {a}))")
 
 
-UNSCALED = dict(nodes_per_enode=None, seconds_per_enode=None)
+UNSCALED = dict(nodes_per_enode=None, seconds_per_enode=None, work_per_enode=None)
 
 
 def test_rule_over_the_match_limit_is_banned_then_unbanned_after_its_ban_length(tmp_path):
@@ -117,7 +119,10 @@ def test_a_user_set_flag_wins_over_the_scaled_budget():
         FLAGS.unparse_flags()
         FLAGS(["prog", "--node_limit=1234", "--saturation_seconds=7", "--match_limit=0"])
         b = engine_flags.engine_options().budget
-        assert b.limits(10_000) == (1234, 7.0) and b.match_limit is None
+        assert b.limits(10_000) == (1234, 7.0, 400_000) and b.match_limit is None
+        FLAGS.unparse_flags()
+        FLAGS(["prog", "--saturation_work=5000"])
+        assert engine_flags.engine_options().budget.limits(10_000)[2] == 5000
     finally:
         FLAGS.unparse_flags()
 
@@ -187,3 +192,24 @@ def test_the_probes_time_does_not_count_against_the_saturation_budget(tmp_path):
     res = saturate(eg, _rules(tmp_path), Budget(iterations=6, match_limit=None, seconds=1.0, **UNSCALED), probe=slow)
     assert res.stop_reason != StopReason.TIME_LIMIT and len(res.iterations) >= 4
     assert res.seconds > 1.0 + 0.6          # the probes took longer than the whole budget
+
+
+def test_the_work_budget_stops_saturation_at_the_same_iteration_whatever_the_clock(tmp_path):
+    """The work budget counts the e-nodes the iterations search: the iteration that would pass it is not run, and
+    where that is does not depend on how long the iterations took (a slow probe, a generous clock)."""
+    import time
+    free = saturate(_egraph()[0], _rules(tmp_path), Budget(iterations=6, match_limit=None, **UNSCALED))
+    assert free.stop_reason != StopReason.WORK_LIMIT and len(free.iterations) >= 4
+    starts = [free.enodes_before] + [i.enodes for i in free.iterations]
+    work = sum(starts[:3])                  # exactly the first three iterations' searches
+    assert free.searched >= work + starts[3]
+
+    def slow(eg, iteration):
+        time.sleep(0.3)
+        return 1.0 / iteration
+    for probe in (None, slow):
+        res = saturate(_egraph()[0], _rules(tmp_path), Budget(iterations=6, match_limit=None, work=work, **UNSCALED),
+                       probe=probe)
+        assert res.stop_reason == StopReason.WORK_LIMIT and len(res.iterations) == 3
+        assert res.searched == work and res.to_json()["work_limit"] == work
+        assert [i.enodes for i in res.iterations] == starts[1:4]

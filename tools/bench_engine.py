@@ -32,8 +32,8 @@ def main(argv):
     opts = Options(engine=engine_flags.engine_options())
     print("| model | signature | typed nodes | e-nodes / e-classes | iterations (stop) | saturate s | extraction "
           "| extract s | tensat pass s | predicted ms before -> after | compute ops before -> after | rules applied "
-          "| verify rel | total s | clock-dependent |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| verify rel | total s | clock-dependent | e-nodes searched / work budget |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     pass_seconds = []
     clocked = []                        # name/signature of each output the wall clock decided part of
     for name in FLAGS.models:
@@ -41,7 +41,7 @@ def main(argv):
             rep = convert(f"zoo:{name}", os.path.join(d, "o"), opts)
         for sig_name, s in sorted(rep["signatures"].items()):
             if s.get("same_as"):        # the same graph as another signature: optimized once (tensat_tf/convert.py)
-                print(f"| {name} | {sig_name} | same graph as {s['same_as']}, optimized once |" + " |" * 12)
+                print(f"| {name} | {sig_name} | same graph as {s['same_as']}, optimized once |" + " |" * 13)
                 continue
             eg, ex = s["egraph"], s["extraction"]
             before = sum(v for k, v in s["ops_before"].items() if k in COMPUTE)
@@ -62,7 +62,8 @@ def main(argv):
                   f"{ex['cost_before']:.4f} -> "
                   f"{ex['cost_after']:.4f} | {before} -> {after} | {applied} | "
                   f"{s['verification']['max_rel_diff']:.1e} | {rep['timing_s']['total']:.1f} | "
-                  f"{report_file.clock_dependence({'signatures': {sig_name: s}}) or 'no'} |")
+                  f"{report_file.clock_dependence({'signatures': {sig_name: s}}) or 'no'} | "
+                  f"{eg['saturation'].get('searched')} / {eg['saturation'].get('work_limit')} |")
         sys.stdout.flush()
     small = [p for p in pass_seconds if p[1] <= 1000]
     if small:

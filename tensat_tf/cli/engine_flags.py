@@ -14,8 +14,12 @@ flags.DEFINE_integer("iterations", 15, "Saturation: at most this many iterations
 flags.DEFINE_integer("node_limit", 50_000, "Saturation: never exceed this many e-nodes (an iteration that would is "
                                            "rolled back and its most-matching rule banned). Unless set, the limit is "
                                            "20x the input's e-nodes (at least 2,000), capped at this value.")
-flags.DEFINE_float("saturation_seconds", 60.0, "Saturation: wall-clock budget in seconds. Unless set, the budget is "
-                                               "5 ms per input e-node (at least 2 s), capped at this value.")
+flags.DEFINE_integer("saturation_work", Budget().work, "Saturation: work budget, in e-nodes searched (each iteration "
+                     "searches the e-graph it starts from): where saturation stops, the same on every machine. Unless "
+                     "set, 40 per input e-node (at least 20,000), capped at this value.")
+flags.DEFINE_float("saturation_seconds", 60.0, "Saturation: wall-clock budget in seconds, the backstop (a stop on it "
+                                               "depends on the machine). Unless set, 15 ms per input e-node (at least "
+                                               "6 s), capped at this value.")
 flags.DEFINE_integer("k_multi", 1, "Saturation: multi-pattern rules run only in the first k iterations.")
 flags.DEFINE_integer("match_limit", 1_000, "Saturation backoff: a rule matching more than match_limit << times_banned "
                                            "times in an iteration is not applied and is banned for ban_length << "
@@ -76,4 +80,6 @@ def budget_from_flags() -> Budget:
         FLAGS.iterations, FLAGS.node_limit, FLAGS.saturation_seconds, FLAGS.k_multi,
         match_limit=FLAGS.match_limit or None, ban_length=FLAGS.ban_length, patience=FLAGS.patience,
         nodes_per_enode=None if FLAGS["node_limit"].present else default.nodes_per_enode,
+        work=FLAGS.saturation_work,
+        work_per_enode=None if FLAGS["saturation_work"].present else default.work_per_enode,
         seconds_per_enode=None if FLAGS["saturation_seconds"].present else default.seconds_per_enode)

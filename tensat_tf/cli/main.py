@@ -32,8 +32,9 @@ COMMANDS = {"convert": convert_cmd, "extract": extract_cmd, "calibrate": calibra
 USAGE = """tensat_tf: TENSAT-style equality saturation for TensorFlow SavedModels.
 
   tensat_tf convert SAVED_MODEL_DIR|zoo:NAME --output_dir=OUT [--report=PATH] [--overwrite] [--signatures=a,b]
-        [--rules=...] [--iterations=15] [--node_limit=50000] [--saturation_seconds=60] [--k_multi=1]
-        [--method=ilp|greedy] [--ilp_work=2000] [--ilp_seconds=10] [--cost_model=analytic|measured] [--batch_size=1]
+        [--rules=...] [--iterations=15] [--node_limit=50000] [--saturation_work=N] [--saturation_seconds=60]
+        [--k_multi=1] [--method=ilp|greedy] [--ilp_work=2000] [--ilp_seconds=10] [--cost_model=analytic|measured]
+        [--batch_size=1]
         [--emit_onnx [--onnx_signature=S]] [--warmup] [--noprogress] [--allow_ops=A,B]
   tensat_tf convert [SRC] --model_base_path=BASE [--nowarmup]   (TF Serving: BASE/N -> BASE/N+1, warm-up records)
   tensat_tf batch --input_glob=GLOB|zoo:NAME [...] --output_root=ROOT [--jobs=N] [--model_timeout=S]

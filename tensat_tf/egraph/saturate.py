@@ -25,11 +25,14 @@ Each iteration:
      (the pass's probe_work and probe_seconds), and a budget it spent would stop saturation on the machine's speed;
   6. stops with a typed reason: saturated (nothing changed and no rule is backed off: as in egg, when only backed-off
      rules are left, their bans are shortened so the earliest one ends now), iteration limit, node limit (nothing
-     left to run under the limit), time limit, no gain, or error. The time limit is checked before an iteration starts,
-     against the previous iteration's duration scaled by its growth, because an egglog run cannot be interrupted.
+     left to run under the limit), work limit, time limit, no gain, or error. The work limit counts the e-nodes the
+     iterations search (each searches the e-graph it starts from, so the next one's work is known before it starts):
+     it decides the same way on every machine. The time limit is the backstop: checked before an iteration starts,
+     against the previous iteration's duration scaled by its growth, because an egglog run cannot be interrupted; a
+     stop on it depends on the machine's speed.
 
-The node limit and the time budget scale with the input (`Budget.limits`): a 300-e-node encoder has nothing to gain
-from 50,000 e-nodes that the ILP then cannot solve in its time limit.
+The node limit, the work budget and the time budget scale with the input (`Budget.limits`): a 300-e-node encoder has
+nothing to gain from 50,000 e-nodes that the ILP then cannot solve in its time limit.
 
 E-nodes are counted over the term constructors only (the analysis tables are excluded), which is what the exported
 e-graph and the ILP see.
@@ -60,7 +63,8 @@ class StopReason(str, enum.Enum):
     SATURATED = "saturated"
     ITERATION_LIMIT = "iteration_limit"
     NODE_LIMIT = "node_limit"
-    TIME_LIMIT = "time_limit"
+    WORK_LIMIT = "work_limit"           # the e-nodes the iterations searched (Budget.work): the same on every machine
+    TIME_LIMIT = "time_limit"           # the clock, the backstop: depends on the machine
     NO_GAIN = "no_gain"
     ERROR = "error"                     # egglog raised and no rule is to blame (SaturationResult.error says what)
 
@@ -122,6 +126,8 @@ class SaturationResult:
     seconds: float
     node_limit: int = 0                 # the limits this run had (Budget.limits of the input)
     seconds_limit: Optional[float] = None
+    work_limit: Optional[int] = None
+    searched: int = 0                   # the e-nodes the iterations searched (the work budget's measure)
     backed_off: list = dataclasses.field(default_factory=list)
     error: Optional[str] = None         # egglog's message when stop_reason is ERROR
     # the e-graph was rolled back to the state after this many iterations (the probe's best), or None
@@ -136,6 +142,7 @@ class SaturationResult:
             "enodes_before": self.enodes_before, "enodes_after_saturation": self.enodes, "banned": self.banned,
             "backed_off": self.backed_off, "node_limit": self.node_limit,
             "seconds_limit": None if self.seconds_limit is None else round(self.seconds_limit, 4),
+            "work_limit": self.work_limit, "searched": self.searched,
             "seconds": round(self.seconds, 4),
             "per_iteration": [dataclasses.asdict(i) for i in self.iterations],
         }
@@ -253,15 +260,16 @@ class Saturator:
         t0 = time.perf_counter()
         sizes = self.session.sizes()
         size0 = size = _enodes(sizes)
-        node_limit, seconds = b.limits(size0)
+        node_limit, seconds, work = b.limits(size0)
         banned: list[str] = []                  # for good (node limit, egglog errors)
         backoff = Backoff(b.match_limit, b.ban_length)
         backed_off: list[str] = []              # every rule the scheduler banned, once, in order
         iters: list[IterationStats] = []
         if not self.rs.rules:
-            return SaturationResult(StopReason.NO_RULES, iters, size0, size, banned, 0.0, node_limit, seconds)
+            return SaturationResult(StopReason.NO_RULES, iters, size0, size, banned, 0.0, node_limit, seconds, work)
         last_secs, growth = 0.0, 1.0
         probe_secs = 0.0                        # the probes' time: bounded by their own limits, not the budget's
+        searched = 0                            # e-nodes searched so far: the work budget's measure
         best, stale = float("inf"), 0           # the probe's best cost so far, iterations since it improved
         best_at = None                          # (iterations done, session depth) when the probe found `best`
         changed_at = 0                          # iterations done when the e-graph last changed
@@ -277,6 +285,9 @@ class Saturator:
             if not active:                      # only backed-off rules left: end the earliest ban now (egg)
                 backoff.can_stop(k)
                 active = [n for n in runnable if not backoff.banned(n, k)]
+            if work is not None and searched + size > work:     # this iteration would search `size` e-nodes
+                reason = StopReason.WORK_LIMIT
+                break
             if seconds is not None and time.perf_counter() - t0 - probe_secs + last_secs * growth > seconds:
                 reason = StopReason.TIME_LIMIT
                 break
@@ -298,6 +309,8 @@ class Saturator:
                 if updated:
                     changed_at = k + 1
             run_secs = time.perf_counter() - tl
+            # every attempt searched the e-graph the iteration started from (the undone ones and the kept one)
+            searched += size * (stats.rolled_back + (kept is not None))
             if updated and k > 0 and self.probe is not None and b.patience is not None:
                 tp = time.perf_counter()
                 stats.probe_cost = self.probe(self.session.egraph, k + 1)
@@ -328,7 +341,8 @@ class Saturator:
                 reason = StopReason.NODE_LIMIT
                 break
         kept_iterations = None
-        if reason in (StopReason.NO_GAIN, StopReason.TIME_LIMIT) and stale > 0 and best_at is not None:
+        if reason in (StopReason.NO_GAIN, StopReason.WORK_LIMIT, StopReason.TIME_LIMIT) and stale > 0 \
+                and best_at is not None:
             # The iterations since the probe's best added nothing it could extract, only e-nodes that make the final
             # ILP slower (and, under its time limit, often worse: MobileNetV3-Small's probe went 0.597 -> 0.600 ->
             # 0.616 over two more iterations). Every kept iteration left the state before it on egglog's stack
@@ -338,7 +352,7 @@ class Saturator:
                 self.session.pop()
             size = _enodes(self.session.sizes())
         return SaturationResult(reason, iters, size0, size, banned, time.perf_counter() - t0, node_limit, seconds,
-                                backed_off, error, kept_iterations,
+                                work, searched, backed_off, error, kept_iterations,
                                 changed_at if kept_iterations is None else kept_iterations)
 
 
