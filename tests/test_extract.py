@@ -322,7 +322,7 @@ def test_cli_prints_one_json_line_and_rejects_bad_files(tmp_path, capsys):
         assert capsys.readouterr().out == ""
     with pytest.raises(errors.BadInput, match="method"):
         cli.run(str(good), "exhaustive", 5.0, "auto")
-    with pytest.raises(errors.BadInput, match="work"):
+    with pytest.raises(errors.BadInput, match="--ilp_work must be >= 1"):
         cli.run(str(good), "ilp", 5.0, "auto", 0)
 
 

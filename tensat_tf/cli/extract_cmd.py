@@ -26,6 +26,8 @@ def run(path: str, method: str = "ilp", ilp_seconds: float = 10.0, solver: str =
     short, so that another machine may choose otherwise) and return 0; raise a tensat_tf.errors class on failure
     (see the module docstring)."""
     from tensat_tf.extract import NoExtraction, extract, serialized    # not at import: the CLI loads every command
+    if work < 1:
+        raise errors.BadInput("--ilp_work must be >= 1")
     try:
         egraph = serialized.load(path)
     except FileNotFoundError:
