@@ -52,7 +52,8 @@ def main(argv):
                 kept_its = f", e-graph of iteration {eg['saturation']['kept_iterations']}"
             else:
                 kept_its = ""
-            if report_file.clock_dependence({"signatures": {sig_name: s}}):
+            why = report_file.clock_dependence({"signatures": {sig_name: s}})
+            if why:
                 clocked.append(f"{name}/{sig_name}")
             seconds = sum(eg["timing_s"].values())
             pass_seconds.append((seconds, eg["typed_nodes"], f"{name}/{sig_name}"))
@@ -62,7 +63,7 @@ def main(argv):
                   f"{ex['cost_before']:.4f} -> "
                   f"{ex['cost_after']:.4f} | {before} -> {after} | {applied} | "
                   f"{s['verification']['max_rel_diff']:.1e} | {rep['timing_s']['total']:.1f} | "
-                  f"{report_file.clock_dependence({'signatures': {sig_name: s}}) or 'no'} | "
+                  f"{why or 'no'} | "
                   f"{eg['saturation'].get('searched')} / {eg['saturation'].get('work_limit')} |")
         sys.stdout.flush()
     small = [p for p in pass_seconds if p[1] <= 1000]

@@ -331,7 +331,7 @@ def solve_ilp(egraph: EGraphData, start: dict[int, int], seconds: float, solver:
     model.set_start(best)
 
     iterations, bound, proved = 0, None, False
-    while spend.can_solve(session):
+    while spend.can_solve(session, work, 0.2):       # the whole model: all the work, while 0.2 s are left
         iterations += 1
         res = session.solve(spend.seconds(), spend.left())
         spend.charge(res)
@@ -395,13 +395,13 @@ class _Spend:
         self.clocked |= res.limit == "time"
         self.worked |= res.limit == "work"
 
-    def can_solve(self, session: solvers.Session, work_until: Optional[int] = None) -> bool:
-        """Whether a solve fits in the work left (up to `work_until` units spent) and in the clock; a stop for the
-        clock is recorded."""
-        if (self.work if work_until is None else work_until) - self.used < session.min_work:
+    def can_solve(self, session: solvers.Session, work_until: int, min_seconds: float) -> bool:
+        """Whether a solve fits in the work left until `work_until` units are spent and in `min_seconds` of the
+        clock; which of the two stopped it is recorded."""
+        if work_until - self.used < session.min_work:
             self.worked = True
             return False
-        if self.seconds() < (session.min_seconds if work_until is not None else 0.2):
+        if self.seconds() < min_seconds:
             self.clocked = True
             return False
         return True
@@ -422,7 +422,6 @@ _REPRUNE = 0.01
 # At most this share of the work goes to the SCC-by-SCC search; the rest to the whole model, which also gives the
 # global bound (the search's bounds hold only for its restricted models).
 _SCC_SHARE = 0.75
-
 
 
 def _pruned_model(egraph: EGraphData, best: dict[int, int], best_cost: float, acyclicity: str, short_cycles: bool,
@@ -481,14 +480,14 @@ def _improve_by_scc(model: _Model, session: solvers.Session, best: dict[int, int
     short: set[int] = set()         # SCCs whose last try ran out of its work
     allotted: dict[int, int] = {}
     any_valid = False
-    while len(done) < len(size) and spend.can_solve(session, work_until):
+    while len(done) < len(size) and spend.can_solve(session, work_until, session.min_seconds):
         # Unsolved SCCs first, sharing the work left between them: re-checking a solved one in a slightly changed
         # context rarely pays and needs about the work it took before, while an unsolved one (bert.json's largest
         # needs ~5 s) is where the next improvement usually is.
         for s in sorted(size, key=lambda k: (k in solved, k)):
             if s in done:
                 continue
-            if not spend.can_solve(session, work_until):
+            if not spend.can_solve(session, work_until, session.min_seconds):
                 break
             left = work_until - spend.used
             if s in solved:
