@@ -115,6 +115,19 @@ class Timings:
                 for m, c in zip(self.medians, self.calls)]
 
 
+def traced_kernels(run_metadata) -> list[tuple[str, float]]:
+    """(op, microseconds) for every kernel of a Session.run traced with RunOptions.FULL_TRACE: the op TF ran after
+    Grappler's and oneDNN's rewrites (`_MklNativeFusedConv2D`, ...), read from the timeline label "name = Op(inputs)";
+    a node without one (the executor's _SOURCE) is named by its node name."""
+    kernels = []
+    for dev in run_metadata.step_stats.dev_stats:
+        for ns in dev.node_stats:
+            label = ns.timeline_label
+            op = label.split(" = ", 1)[1].split("(", 1)[0] if " = " in label else ns.node_name
+            kernels.append((op, float(ns.all_end_rel_micros)))
+    return kernels
+
+
 def warm(fns: list, warmup: int, probes: int = 5) -> float:
     """Warm every subject up; -> the slowest subject's fastest of `probes` calls after warm-up (ms)."""
     slowest = 0.0

@@ -58,6 +58,7 @@ def kernel_ms(path: str, unknown_dim: int, blocks: int, runs: int, traced: int) 
     import tensorflow as tf
 
     from tensat_tf.io.load import TensorSpec
+    from tensat_tf.latency import traced_kernels
     from tensat_tf.verify import random_inputs
     from tensorflow.python.saved_model import loader_impl
     tf1 = tf.compat.v1
@@ -85,12 +86,8 @@ def kernel_ms(path: str, unknown_dim: int, blocks: int, runs: int, traced: int) 
         for _ in range(traced):
             md = tf1.RunMetadata()
             sess.run(fetches, feeds, options=opts, run_metadata=md)
-            for dev in md.step_stats.dev_stats:
-                for ns in dev.node_stats:
-                    # timeline_label reads "name = Op(inputs)"; nodes without one (_SOURCE) are the executor's
-                    label = ns.timeline_label
-                    op = label.split(" = ", 1)[1].split("(", 1)[0] if " = " in label else ns.node_name
-                    kernels[op] += ns.all_end_rel_micros / 1e3 / traced
+            for op, us in traced_kernels(md):
+                kernels[op] += us / 1e3 / traced
     return {"wall_ms": float(np.median(walls)), "kernels": dict(kernels)}
 
 

@@ -16,6 +16,7 @@ of the epilogue ops run separately and the kernels seen; plus the per-node overh
 """
 from __future__ import annotations
 
+import collections
 import json
 import os
 import subprocess
@@ -101,6 +102,8 @@ def measure() -> dict:
     import numpy as np
     import tensorflow as tf
     from tensorflow.core.protobuf import config_pb2
+
+    from tensat_tf.latency import traced_kernels
     tf.compat.v1.disable_eager_execution()
     sessions = {}
     kernels = {}
@@ -116,11 +119,7 @@ def measure() -> dict:
             md = config_pb2.RunMetadata()
             s.run(fetch, feed, options=config_pb2.RunOptions(trace_level=config_pb2.RunOptions.FULL_TRACE),
                   run_metadata=md)
-            ran = {}
-            for dev in md.step_stats.dev_stats:
-                for n in dev.node_stats:
-                    op = n.timeline_label.split("= ")[1].split("(")[0] if "= " in n.timeline_label else ""
-                    ran[op] = ran.get(op, 0) + 1
+            ran = collections.Counter(op for op, _ in traced_kernels(md))
             kernels[name] = sorted(op for op, k in ran.items() if k >= R)   # the per-copy kernels
         sessions[name] = (s, fetch, feed)
     best = {name: float("inf") for name in sessions}

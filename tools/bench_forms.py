@@ -1,0 +1,317 @@
+"""Does a rewrite pay before a rule is written? Alternative forms of the same computation in TF public ops, timed
+side by side on this machine's TF runtime as a served call runs them (a TF1 session, Grappler and oneDNN's rewrites
+on, one intra-op and one inter-op thread, batch 1, weights of MIN_VARIABLE_ELEMENTS or more read from variables as
+the output SavedModel reads them).
+
+    python tools/bench_forms.py [--experiments=residual_addn,layer_norm,...] [--blocks=16]
+
+Experiments (each a chain of a few copies of the pattern, so that it outweighs the call's fixed cost):
+  residual_addn   conv + bias + residual add (+ Relu): AddV2, or AddN, which TF's remapper fuses into the conv
+                  (`_MklNativeFusedConv2D` with an Add post-op); the residual is the conv's own input ("own") or the
+                  block's input with the conv on another tensor ("block"); and a Dense's MatMul + bias + residual
+  layer_norm      a layer norm over the last axis, centred first (rules F25/F26's form) or as FusedBatchNormV3 in
+                  training mode on the rows as NCHW channels (Keras 2's form)
+  se_fc           a squeeze-excite block's two one-pixel FCs: BatchMatMulV2 on [b, 1, 1, C] (rule F29's form),
+                  Reshape + MatMul + Reshape, or a broadcast Mul + Sum; weights constant or variables
+  preact_bias     a per-channel bias before Relu and a 1x1 conv (DenseNet's, ResNetV2's pre-activation): AddV2 of a
+                  [1, 1, 1, C] constant or BiasAdd
+  small_m         x [M, K] by a variable weight [K, N] at small M: MatMul, BatchMatMulV2, Einsum, MatMul(transpose_b)
+  position_gather learned positions: GatherV2 of Range(0, n) behind Keras' negative-index SelectV2, or a Slice
+
+Each row: reference / candidate, the median of per-block ratios of block medians with its 95 % interval (> 1: the
+candidate is faster; tensat_tf/speedup.py's paired decision, blocks interleaved with the order rotated,
+tensat_tf/latency.py Timings), the candidate's kernels as TF ran them (traced), and the largest difference of its
+output from the reference's relative to the reference's largest magnitude.
+"""
+from __future__ import annotations
+
+import collections
+import os
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+# one-thread sessions in a process whose first device had TF's default pools spread kernels over both cores
+# (tensat_tf/cost/measured.py WORKER_ENV)
+os.environ.setdefault("TF_OVERRIDE_GLOBAL_THREADPOOL", "1")
+
+import numpy as np  # noqa: E402
+from absl import app, flags  # noqa: E402
+
+EXPERIMENTS = ("residual_addn", "layer_norm", "se_fc", "preact_bias", "small_m", "einsum_dense", "position_gather")
+flags.DEFINE_list("experiments", list(EXPERIMENTS), f"Any of {', '.join(EXPERIMENTS)}.")
+flags.DEFINE_integer("blocks", 16, "Paired blocks per comparison.")
+flags.DEFINE_integer("runs", 20, "Session.run calls of each form per block (the block's median is compared).")
+FLAGS = flags.FLAGS
+
+COPIES = 6          # copies of the pattern chained in one graph
+# kernels every form runs, left out of the kernel column
+PLUMBING = {"Const", "_SOURCE", "_Arg", "_Retval", "VarHandleOp", "ReadVariableOp", "Identity", "NoOp"}
+
+
+class Forms:
+    """One graph holding every form of one experiment on a shared input; forms[name] is its fetch. The input's first
+    `dynamic` dims are unknown in the graph, as a signature's batch (and sequence) are."""
+
+    def __init__(self, tf, shape: tuple, dynamic: int = 1, dtype=None):
+        self.tf = tf
+        self.graph = tf.Graph()
+        self.forms: dict = {}
+        self.rng = np.random.default_rng(0)
+        with self.graph.as_default():
+            self.x = tf.compat.v1.placeholder(dtype or tf.float32, [None] * dynamic + list(shape[dynamic:]))
+        self.feed = {self.x: self.rng.random(shape).astype(np.float32) if dtype is None
+                     else np.zeros(shape, np.int32)}
+        self._vars = 0
+
+    def weight(self, shape: tuple, scale: float = 0.1, variable: bool = None, value: np.ndarray = None):
+        """A weight as the output SavedModel holds it: a variable from MIN_VARIABLE_ELEMENTS elements, else a Const
+        (`variable` forces either); random unless `value` is given."""
+        from tensat_tf.options import MIN_VARIABLE_ELEMENTS
+        if value is None:
+            value = (scale * self.rng.standard_normal(shape)).astype(np.float32)
+        if variable is None:
+            variable = value.size >= MIN_VARIABLE_ELEMENTS
+        if not variable:
+            return self.tf.constant(value)
+        self._vars += 1
+        return self.tf.compat.v1.get_variable(f"w{self._vars}", initializer=value).read_value()
+
+
+def _session(tf, forms: Forms):
+    cfg = tf.compat.v1.ConfigProto(intra_op_parallelism_threads=1, inter_op_parallelism_threads=1)
+    s = tf.compat.v1.Session(graph=forms.graph, config=cfg)
+    with forms.graph.as_default():
+        s.run(tf.compat.v1.global_variables_initializer())
+    return s
+
+
+def _kernels(tf, s, fetch, feed) -> str:
+    from tensat_tf.latency import traced_kernels
+    md = tf.compat.v1.RunMetadata()
+    s.run(fetch, feed, options=tf.compat.v1.RunOptions(trace_level=tf.compat.v1.RunOptions.FULL_TRACE),
+          run_metadata=md)
+    ran = collections.Counter(op for op, _ in traced_kernels(md) if op not in PLUMBING)
+    return ", ".join(f"{op} {n}" for op, n in sorted(ran.items()))
+
+
+def compare(tf, title: str, forms: Forms) -> list[str]:
+    """Rows for every form against the first (the reference), all timed in the same blocks."""
+    from tensat_tf import latency, speedup
+    s = _session(tf, forms)
+    names = list(forms.forms)
+    outs = {n: s.run(forms.forms[n], forms.feed) for n in names}
+    ref = outs[names[0]]
+    scale = float(np.abs(ref).max()) or 1.0
+    fns = [lambda f=forms.forms[n]: s.run(f, forms.feed) for n in names]
+    latency.warm(fns, 5)
+    timings = latency.Timings(len(fns))
+    for i in range(FLAGS.blocks):
+        timings.block(fns, FLAGS.runs, i)
+    rows = [f"| {title} | {names[0]} (reference) | {np.median(timings.medians[0]):.3f} | | | "
+            f"{_kernels(tf, s, forms.forms[names[0]], forms.feed)} | |"]
+    for k, n in enumerate(names[1:], 1):
+        d = speedup.compare(timings.medians[0], timings.medians[k])
+        err = float(np.abs(outs[n] - ref).max()) / scale
+        rows.append(f"| {title} | {names[0]} / {n} | {np.median(timings.medians[0]):.3f} | "
+                    f"{np.median(timings.medians[k]):.3f} | {d.ratio:.3f} [{d.low:.3f}, {d.high:.3f}] {d.verdict} | "
+                    f"{_kernels(tf, s, forms.forms[n], forms.feed)} | {err:.1e} |")
+    s.close()
+    return rows
+
+
+def residual_addn(tf):
+    rows = []
+    for h, c in ((16, 64), (8, 256), (4, 512)):
+        for where in ("own", "block"):
+            for relu in (True, False):
+                f = Forms(tf, (1, h, h, c))
+                with f.graph.as_default():
+                    ws = [(f.weight((3, 3, c, c), 0.05), f.weight((c,))) for _ in range(COPIES)]
+                    for form in ("AddV2", "AddN"):
+                        y = f.x
+                        for w, b in ws:
+                            z = y if where == "own" else tf.nn.relu(y * 1.5)
+                            conv = tf.nn.bias_add(tf.nn.conv2d(z, w, 1, "SAME"), b)
+                            y = conv + y if form == "AddV2" else tf.math.add_n([conv, y])
+                            y = tf.nn.relu(y) if relu else y
+                        f.forms[form] = y
+                rows += compare(tf, f"conv3x3 {h}x{h}x{c} + bias + residual ({where})" + (" + Relu" if relu else ""),
+                                f)
+    for t, c in ((16, 64), (128, 256)):
+        f = Forms(tf, (1, t, c), dynamic=2)
+        with f.graph.as_default():
+            ws = [(f.weight((c, c), 0.05), f.weight((c,))) for _ in range(COPIES)]
+            for form in ("AddV2", "AddN"):
+                y = f.x
+                for w, b in ws:
+                    mm = tf.reshape(tf.nn.bias_add(tf.linalg.matmul(tf.reshape(y, [-1, c]), w), b), tf.shape(y))
+                    y = mm + y if form == "AddV2" else tf.math.add_n([mm, y])
+                f.forms[form] = y
+        rows += compare(tf, f"Dense [1, {t}, {c}] + bias + residual", f)
+    return rows
+
+
+def layer_norm(tf):
+    rows = []
+    for shape in ((1, 16, 64), (1, 128, 768), (1, 3136, 96)):
+        c = shape[-1]
+        f = Forms(tf, shape, dynamic=2)
+        with f.graph.as_default():
+            rows_n = tf.shape(f.x)[0] * tf.shape(f.x)[1]
+            ones, zeros = tf.fill([rows_n], 1.0), tf.fill([rows_n], 0.0)
+            for form in ("centred", "FusedBatchNormV3"):
+                y = f.x
+                for _ in range(COPIES):
+                    if form == "centred":
+                        m = tf.reduce_mean(y, -1, keepdims=True)
+                        v = tf.reduce_mean(tf.math.squared_difference(y, m), -1, keepdims=True)
+                        y = (y - m) * tf.math.rsqrt(v + 1e-6)
+                    else:
+                        o = tf.raw_ops.FusedBatchNormV3(
+                            x=tf.reshape(y, [1, -1, c, 1]), scale=ones, offset=zeros, mean=tf.zeros([0]),
+                            variance=tf.zeros([0]), epsilon=1e-6, data_format="NCHW", is_training=True)[0]
+                        y = tf.reshape(o, tf.shape(y))
+                    y = tf.nn.relu(y) * 1.01 + 0.1
+                f.forms[form] = y
+        rows += compare(tf, f"layer norm {list(shape)}", f)
+    return rows
+
+
+def se_fc(tf):
+    rows = []
+    for c, k in ((16, 8), (96, 24), (240, 64), (576, 144)):
+        for variable in (False, True):
+            f = Forms(tf, (1, 1, 1, c))
+            with f.graph.as_default():
+                ws = [(f.weight((c, k), variable=variable), f.weight((k,)), f.weight((k, c), variable=variable),
+                       f.weight((c,))) for _ in range(COPIES)]
+                for form in ("BatchMatMulV2", "MatMul", "Mul+Sum"):
+                    y = f.x
+                    for w1, b1, w2, b2 in ws:
+                        if form == "BatchMatMulV2":
+                            s = tf.nn.relu(tf.nn.bias_add(tf.linalg.matmul(y, w1), b1))
+                            s = tf.nn.bias_add(tf.linalg.matmul(s, w2), b2)
+                        elif form == "MatMul":
+                            s = tf.nn.relu(tf.nn.bias_add(tf.linalg.matmul(tf.reshape(y, [-1, c]), w1), b1))
+                            s = tf.reshape(tf.nn.bias_add(tf.linalg.matmul(s, w2), b2), [-1, 1, 1, c])
+                        else:
+                            s = tf.nn.relu(tf.nn.bias_add(tf.reduce_sum(tf.reshape(y, [-1, 1, 1, c, 1]) * w1, 3), b1))
+                            s = tf.nn.bias_add(tf.reduce_sum(tf.reshape(s, [-1, 1, 1, k, 1]) * w2, 3), b2)
+                        y = y * tf.sigmoid(s)
+                    f.forms[form] = y
+            rows += compare(tf, f"one-pixel FCs {c} -> {k} -> {c}, weights " + ("variables" if variable else "Const"),
+                            f)
+    return rows
+
+
+def preact_bias(tf):
+    rows = []
+    for h, c in ((16, 128), (8, 512), (4, 1024)):
+        f = Forms(tf, (1, h, h, c))
+        with f.graph.as_default():
+            ws = [(f.weight((1, 1, c, 32), 0.05), f.weight((c,), variable=False)) for _ in range(COPIES)]
+            for form in ("AddV2", "BiasAdd"):
+                y, outs = f.x, []
+                for w, b in ws:
+                    z = y + tf.reshape(b, [1, 1, 1, c]) if form == "AddV2" else tf.nn.bias_add(y, b)
+                    outs.append(tf.nn.conv2d(tf.nn.relu(z), w, 1, "SAME"))
+                    y = tf.concat([y[..., 32:], outs[-1]], -1)        # DenseNet: the new features join the input
+                f.forms[form] = tf.math.add_n(outs)
+        rows += compare(tf, f"bias [1,1,1,C] + Relu + conv1x1, {h}x{h}x{c}", f)
+    return rows
+
+
+def small_m(tf):
+    rows = []
+    for m, k, n in ((4, 768, 3072), (16, 384, 1536), (64, 192, 768), (17, 64, 256)):
+        f = Forms(tf, (m, k))
+        with f.graph.as_default():
+            values = [(0.05 * f.rng.standard_normal((k, n))).astype(np.float32) for _ in range(4)]
+            ws = [f.weight((k, n), variable=True, value=v) for v in values]
+            wts = [f.weight((n, k), variable=True, value=np.ascontiguousarray(v.T)) for v in values]
+            sums = {
+                "MatMul": [tf.linalg.matmul(f.x, w) for w in ws],
+                "BatchMatMulV2": [tf.raw_ops.BatchMatMulV2(x=f.x[None], y=w)[0] for w in ws],
+                "Einsum": [tf.einsum("mk,kn->mn", f.x, w) for w in ws],
+                "MatMul(transpose_b)": [tf.linalg.matmul(f.x, w, transpose_b=True) for w in wts],
+            }
+            for form, ys in sums.items():
+                f.forms[form] = tf.math.add_n([tf.reduce_sum(y, 0) for y in ys])
+        rows += compare(tf, f"[{m}, {k}] x variable [{k}, {n}]", f)
+    return rows
+
+
+def einsum_dense(tf):
+    rows = []
+    for t, c, heads in ((16, 64, 4), (32, 256, 8), (128, 768, 12)):
+        hd = c // heads
+        f = Forms(tf, (1, t, c), dynamic=2)
+        with f.graph.as_default():
+            # each weight twice, the same values: as the Einsum reads it, and as a [C, N] matrix (what a rewrite
+            # would store, reshaped once when written)
+            values = [((0.05 * f.rng.standard_normal((c, 3 * heads, hd))).astype(np.float32),
+                       (0.1 * f.rng.standard_normal((3 * heads, hd))).astype(np.float32),
+                       (0.05 * f.rng.standard_normal((heads, hd, c))).astype(np.float32),
+                       (0.1 * f.rng.standard_normal(c)).astype(np.float32)) for _ in range(COPIES)]
+            qkv = {"Einsum": [(f.weight(None, value=wq), f.weight(None, value=bq), f.weight(None, value=wo),
+                               f.weight(None, value=bo)) for wq, bq, wo, bo in values],
+                   "MatMul": [(f.weight(None, value=wq.reshape(c, -1)), f.weight(None, value=bq.reshape(-1)),
+                               f.weight(None, value=wo.reshape(c, c)), f.weight(None, value=bo))
+                              for wq, bq, wo, bo in values]}
+            lead = tf.shape(f.x)[:2]      # one Shape for every layer, as passes/shapes.py leaves a model's
+            for form in ("Einsum", "MatMul"):
+                y = f.x
+                for wq, bq, wo, bo in qkv[form]:
+                    if form == "Einsum":       # Keras' EinsumDense: the merged Q/K/V projection, the output one
+                        p = tf.einsum("abc,cde->abde", y, wq) + bq
+                        q, k, v = tf.split(p, 3, axis=2)
+                        o = tf.einsum("abcd,cde->abe", q * k + v, wo) + bo
+                    else:                      # Keras' Dense on [batch, seq, C]: Reshape, MatMul, Reshape to Shape
+                        p = tf.nn.bias_add(tf.linalg.matmul(tf.reshape(y, [-1, c]), wq), bq)
+                        q, k, v = tf.split(tf.reshape(p, tf.concat([lead, [3 * heads, hd]], 0)), 3, axis=2)
+                        a = tf.reshape(q * k + v, [-1, c])
+                        o = tf.reshape(tf.nn.bias_add(tf.linalg.matmul(a, wo), bo),
+                                       tf.concat([lead, [c]], 0))
+                    y = y + o
+                f.forms[form] = y
+        rows += compare(tf, f"EinsumDense projections [1, {t}, {c}], {heads} heads", f)
+    return rows
+
+
+def position_gather(tf):
+    rows = []
+    for vocab, d in ((128, 64), (1024, 256)):
+        f = Forms(tf, (1, 16), dynamic=2, dtype=tf.int32)
+        with f.graph.as_default():
+            tables = [f.weight((vocab, d), variable=True) for _ in range(COPIES)]
+            n = tf.shape(f.x)[1]
+            for form in ("GatherV2", "Slice"):
+                outs = []
+                for t in tables:
+                    if form == "GatherV2":
+                        pos = tf.range(n)
+                        pos = tf.where(pos < 0, pos + vocab, pos)     # Keras 3's take: negative ids wrap
+                        outs.append(tf.gather(t, pos))
+                    else:
+                        outs.append(tf.slice(t, [0, 0], tf.stack([n, -1])))
+                f.forms[form] = tf.math.add_n(outs)
+        rows += compare(tf, f"positions of a [{vocab}, {d}] table, 16 tokens", f)
+    return rows
+
+
+def main(argv):
+    del argv
+    import tensorflow as tf
+    tf.compat.v1.disable_eager_execution()
+    unknown = set(FLAGS.experiments) - set(EXPERIMENTS)
+    if unknown:
+        raise app.UsageError(f"unknown experiments: {', '.join(sorted(unknown))} (any of {', '.join(EXPERIMENTS)})")
+    print("| pattern | reference / candidate | reference ms | candidate ms | ratio [95 % interval] "
+          "| candidate's kernels | max rel. difference |")
+    print("|---|---|---|---|---|---|---|")
+    for name in FLAGS.experiments:
+        for row in globals()[name](tf):
+            print(row, flush=True)
+
+
+if __name__ == "__main__":
+    app.run(main)
