@@ -29,150 +29,17 @@ understand: F13/F14 in rules/tf_fold.rules).
 """
 from __future__ import annotations
 
-import numpy as np
 import tensorflow as tf
 
 from tensat_tf import symbolic as S
 from tensat_tf.item import GrapplerItem, node_name
+from tensat_tf.shape_values import Builder, const_node
 
 name = "shapes"
 
 # ops whose integer output is a shape value worth replacing by its shared materialization (never the data path)
 PLUMBING = frozenset("""Shape StridedSlice Slice GatherV2 Pack ConcatV2 Prod Sum Mul FloorDiv Div AddV2 Sub Cast
 ExpandDims Identity Size Squeeze Reshape""".split())
-
-
-def _const_node(nm: str, values, dtype: tf.DType, scalar: bool = False):
-    arr = np.array(values[0] if scalar else list(values), dtype=dtype.as_numpy_dtype)
-    n = tf.compat.v1.NodeDef(name=nm, op="Const")
-    n.attr["dtype"].type = dtype.as_datatype_enum
-    n.attr["value"].tensor.CopyFrom(tf.make_tensor_proto(arr, dtype=dtype))
-    return n
-
-
-def _unique(base: str, taken: set) -> str:
-    nm, k = base, 0
-    while nm in taken:
-        k += 1
-        nm = f"{base}_{k}"
-    taken.add(nm)
-    return nm
-
-
-class _Builder:
-    """New nodes, named deterministically, shared by value; the graph's own Shape(placeholder) nodes are reused."""
-
-    def __init__(self, graph_def, analysis: S.Analysis, dtype_of: dict):
-        self.a, self.dtype_of = analysis, dtype_of
-        self.taken = {n.name for n in graph_def.node}
-        self.new: list = []
-        self.memo: dict = {}
-        for n in graph_def.node:
-            if n.op == "Shape" and len(n.input) == 1 and node_name(n.input[0]) in dtype_of and \
-                    S.tensor_ref(n.input[0]).endswith(":0"):
-                out_type = tf.dtypes.as_dtype(n.attr["out_type"].type) if "out_type" in n.attr else tf.int32
-                self.memo.setdefault(("shape", node_name(n.input[0]), out_type), n.name)
-
-    def const(self, values, dtype, scalar: bool = False) -> str:
-        key = ("const", tuple(values), dtype, scalar)
-        if key not in self.memo:
-            nm = _unique(f"shapes_folded/const_{len(self.memo)}", self.taken)
-            self.new.append(_const_node(nm, values, dtype, scalar))
-            self.memo[key] = nm
-        return self.memo[key]
-
-    def shape_of(self, placeholder: str, dtype) -> str:
-        key = ("shape", placeholder, dtype)
-        if key not in self.memo:
-            nm = _unique(f"{placeholder}/shapes_folded/shape_{dtype.name}", self.taken)
-            n = tf.compat.v1.NodeDef(name=nm, op="Shape", input=[placeholder])
-            n.attr["T"].type = self.dtype_of[placeholder].as_datatype_enum
-            n.attr["out_type"].type = dtype.as_datatype_enum
-            self.new.append(n)
-            self.memo[key] = nm
-        return self.memo[key]
-
-    def slice(self, placeholder: str, lo: int, hi: int, dtype, shrink: bool = False) -> str:
-        key = ("slice", placeholder, lo, hi, dtype, shrink)
-        if key not in self.memo:
-            src = self.shape_of(placeholder, dtype)
-            nm = _unique(f"{placeholder}/shapes_folded/dim_{lo}" if shrink else
-                         f"{placeholder}/shapes_folded/dims_{lo}_{hi}", self.taken)
-            b, e, s = (self.const([v], tf.int32) for v in (lo, hi, 1))
-            n = tf.compat.v1.NodeDef(name=nm, op="StridedSlice", input=[src, b, e, s])
-            n.attr["T"].type = dtype.as_datatype_enum
-            n.attr["Index"].type = tf.int32.as_datatype_enum
-            for m in ("begin_mask", "end_mask", "ellipsis_mask", "new_axis_mask", "shrink_axis_mask"):
-                n.attr[m].i = 0
-            n.attr["shrink_axis_mask"].i = int(shrink)
-            self.new.append(n)
-            self.memo[key] = nm
-        return self.memo[key]
-
-    def concat(self, parts: list[str], dtype) -> str:
-        key = ("concat", tuple(parts), dtype)
-        if key not in self.memo:
-            nm = _unique(f"shapes_folded/concat_{len(self.memo)}", self.taken)
-            axis = self.const([0], tf.int32, scalar=True)
-            n = tf.compat.v1.NodeDef(name=nm, op="ConcatV2", input=list(parts) + [axis])
-            n.attr["N"].i = len(parts)
-            n.attr["T"].type = dtype.as_datatype_enum
-            n.attr["Tidx"].type = tf.int32.as_datatype_enum
-            self.new.append(n)
-            self.memo[key] = nm
-        return self.memo[key]
-
-    @staticmethod
-    def _materializable(d) -> bool:
-        return isinstance(d, int) or (isinstance(d, S.Sym) and d.is_base)
-
-    def value(self, elems, dtype, scalar: bool):
-        """A tensor computing a value whose elements are ints or base symbols (None otherwise): a Const when all are
-        ints, else slices of Shape(input) and constants, concatenated."""
-        if not all(self._materializable(d) for d in elems):
-            return None
-        if scalar:
-            d = elems[0]
-            if isinstance(d, int):
-                return self.const([d], dtype, scalar=True)
-            ph, i = self.a.base_origin[d.bases[0]]
-            return self.slice(ph, i, i + 1, dtype, shrink=True)
-        if all(isinstance(d, int) for d in elems):
-            return self.const(elems, dtype)
-        runs: list = []                      # ["c", [ints]] or ["s", placeholder, lo, hi]
-        for d in elems:
-            if isinstance(d, int):
-                if runs and runs[-1][0] == "c":
-                    runs[-1][1].append(d)
-                else:
-                    runs.append(["c", [d]])
-                continue
-            ph, i = self.a.base_origin[d.bases[0]]
-            if runs and runs[-1][0] == "s" and runs[-1][1] == ph and runs[-1][3] == i:
-                runs[-1][3] = i + 1
-            else:
-                runs.append(["s", ph, i, i + 1])
-        parts = []
-        for r in runs:
-            if r[0] == "c":
-                parts.append(self.const(r[1], dtype))
-            elif r[2] == 0 and r[3] == len(self.a.shapes[f"{r[1]}:0"]):
-                parts.append(self.shape_of(r[1], dtype))
-            else:
-                parts.append(self.slice(r[1], r[2], r[3], dtype))
-        return parts[0] if len(parts) == 1 else self.concat(parts, dtype)
-
-    def target(self, dims, dtype):
-        """A Reshape target for output dims `dims` (each concrete, a Sym or None), or None: at most one dim that is
-        not materializable becomes -1."""
-        loose = [i for i, d in enumerate(dims) if not self._materializable(d)]
-        if len(loose) > 1:
-            return None
-        if not loose and sum(not isinstance(d, int) for d in dims) == 1:
-            loose = [i for i, d in enumerate(dims) if not isinstance(d, int)]   # one symbol: -1, no Shape needed
-        if loose and any(isinstance(d, int) and d == 0 for d in dims):
-            return None                      # TF cannot infer -1 for an empty tensor: leave the original target
-        return self.value([-1 if i in loose else d for i, d in enumerate(dims)], dtype, scalar=False)
 
 
 def _same_shape(x, y) -> bool:
@@ -204,7 +71,7 @@ def optimize(graph_def, item: GrapplerItem, stats: dict | None = None):
     original = {n.name: n for n in graph_def.node}      # chains are read before this pass rewires them
     keep = item.keep_nodes
     before = _reachable(nodes, keep)
-    b = _Builder(out, a, {n: dtypes[n][0] for n, nd in nodes.items() if nd.op == "Placeholder"})
+    b = Builder(out, a, {n: dtypes[n][0] for n, nd in nodes.items() if nd.op == "Placeholder"})
     st = dict(folded_consts=0, values_shared=0, reshape_chains=0, reshapes_const=0, reshapes_built=0,
               reshapes_removed=0, nodes_removed=0)
     ctrl_sources = {node_name(i) for n in out.node for i in n.input if i.startswith("^")}
@@ -218,7 +85,7 @@ def optimize(graph_def, item: GrapplerItem, stats: dict | None = None):
         v = a.values.get(t)
         if (n.op not in ("Const", "Placeholder") and len(dtypes[n.name]) == 1 and v is not None
                 and all(isinstance(x, int) for x in v) and dtypes[n.name][0] in (tf.int32, tf.int64)):
-            folded = _const_node(n.name, v, dtypes[n.name][0], scalar=a.scalar[t])
+            folded = const_node(n.name, v, dtypes[n.name][0], scalar=a.scalar[t])
             n.Clear()
             n.CopyFrom(folded)
             st["folded_consts"] += 1

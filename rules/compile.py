@@ -16,12 +16,15 @@ Symbols (tensat_tf/ops.py: a dim <= -2 is the run-time size of one input dim): a
 equal sizes, which is what lets batch-axis merges and concat rules fire on models with a dynamic batch. A dim used as
 a NUMBER (in a right side's literal: split sizes, reshape targets, pad amounts; or in a guard's arithmetic or
 ordering: `(> (dim ?x 1) 0)`, `(<= (dim ?a 0) (dim ?b 0))`, `(% (dim ?x 3) 2)`) is guarded `(>= dim 0)` here, for
-every rule, so a symbol (or -1) never becomes a literal; a `(shape ?x)` used so needs `(Concrete x)`.
+every rule, so a symbol (or -1) never becomes a literal; a `(shape ?x)` used so needs `(Concrete x)`. The one
+exception is a dim copied as an element of ReshapeS's shape `(ReshapeS (vec-of (dim ?x 0) ...) ?y)`: that literal
+is the output's shape, not a target, and the emitter builds each symbol in it from Shape(graph input); such a rule
+guards `(known ?x)` so that no -1 reaches it.
 `(known ?x)` means no dim of ?x is -1: each is concrete or a symbol.
 """
 from __future__ import annotations
 
-from tensat_tf import terms
+from tensat_tf import ops, terms
 from tensat_tf.rules.syntax import Rule, RuleSyntaxError, Sexp, is_var, to_text, variables
 
 # Argument sorts of a constructor (typed or structural), None for any other head: the term language's declaration.
@@ -128,7 +131,8 @@ class _Ctx:
 
 
 def _numeric_uses(e: Sexp, direct: bool, out: list) -> None:
-    """Collect the (dim ...) and (shape ...) of `e` used as numbers (not as a direct operand of = or !=)."""
+    """Collect the (dim ...) and (shape ...) of `e` used as numbers (not as a direct operand of = or !=, nor copied
+    as an element of the shape of a ReshapeS, whose emitter builds symbols at run time: tensat_tf/ops.py)."""
     if not isinstance(e, list) or not e:
         return
     head = e[0]
@@ -139,6 +143,13 @@ def _numeric_uses(e: Sexp, direct: bool, out: list) -> None:
             _numeric_uses(e[2], False, out)
         return
     if head in CONDITIONS or head == "rank":
+        return
+    spec = ops.BY_TERM.get(head) if isinstance(head, str) else None
+    if spec is not None and spec.symbolic_target and isinstance(e[1], list) and e[1] and e[1][0] == "vec-of":
+        for d in e[1][1:]:
+            _numeric_uses(d, True, out)
+        for x in e[2:]:
+            _numeric_uses(x, False, out)
         return
     for x in e[1:]:
         _numeric_uses(x, head in ("=", "!="), out)

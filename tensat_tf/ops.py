@@ -68,6 +68,8 @@ class OpSpec:
     shape_literal: bool = False                # the first literal, "out_shape", is the output's shape as ingest
     #                                            knows it (symbols allowed): the shape rule of an op whose output
     #                                            shape is a run-time value (ReshapeT); never emitted
+    symbolic_target: bool = False              # a Reshape to out_shape, whose run-time target the emitter builds
+    #                                            from the graph inputs' Shape where it holds symbols (ReshapeS)
 
     @property
     def literals(self) -> tuple[tuple[str, str], ...]:
@@ -222,6 +224,20 @@ def _prod(v: str, lo: int, hi: int) -> str:
     return f"(vec-get {v} {lo})" if hi - lo == 1 else f"(* {_prod(v, lo, hi - 1)} (vec-get {v} {hi - 1}))"
 
 
+def _reshape_concrete_rules() -> tuple[str, ...]:
+    """Reshape(x, [-1, k1..]) of a fully known x: the -1 is x's element count over k1*.. (what TF infers). Ingested
+    Reshapes have it from TF's facts; rules/einsum.rules E10-E12 flatten [batch, seq, C] to [-1, C] rows whatever the
+    batch and sequence are, which for a static input is this case."""
+    rules = []
+    for r in range(1, 7):
+        for q in range(2, 7):
+            head = ("(= t (Reshape s x)) (= sx (shape x)) " + f"(= (vec-length sx) {r}) (= (vec-length s) {q}) "
+                    "(= (vec-get s 0) -1)" + "".join(f" (>= (vec-get sx {i}) 0)" for i in range(r))
+                    + "".join(f" (> (vec-get s {j}) 0)" for j in range(1, q)))
+            rules.append(_rule(head, shape=f"(vec-set s 0 (/ {_prod('sx', 0, r)} {_prod('s', 1, q)}))"))
+    return tuple(rules)
+
+
 def _reshape_symbol_rules() -> tuple[str, ...]:
     """Reshape(x, target with -1) where x has symbols and no -1: the -1 is x's batch symbol when both lead (x =
     [s, d1..], target [-1, k1..], d1*.. = k1*..: a Flatten), else -1. Mirrored by tensat_tf/symbolic.py (egraph mode)
@@ -351,7 +367,7 @@ _SPECS = [
            shape_rules=(
         _rule("(= t (Reshape s x)) (vec-not-contains s -1)", shape="s"),
         _rule("(= t (Reshape s x)) (vec-contains s -1) (= sx (shape x)) (vec-contains sx -1)", shape="s"))
-        + _reshape_symbol_rules()),
+        + _reshape_concrete_rules() + _reshape_symbol_rules()),
     # Pad: zero padding (TENSAT's `enlarge` of a conv kernel is a Pad of the smaller kernel)
     OpSpec("Pad", "Pad", const_inputs=(ConstInput(1, "paddings", "pairs"),), index_type_attrs=("Tpaddings",),
            shape_rules=_pad_rules()),
@@ -381,6 +397,18 @@ _TENSOR_FORMS = [
            shape_rules=(_rule("(= t (ReshapeT s x g))", shape="s"),)),
 ]
 
+# A Reshape that rules write and ingest never reads: to `out_shape`, which may hold symbols (the module docstring:
+# the run-time size of one input dim). A rule that flattens a [batch, seq, C] tensor to rows for a
+# MatMul (rules/einsum.rules E10-E12) reshapes the rows back to [batch, seq, N] with both leading dims unknown: no
+# constant target can say that (one -1 at most), so the emitter builds it at run time from Shape(graph input),
+# sliced and concatenated with constants and shared by every such reshape (tensat_tf/shape_values.py, as the
+# shape-plumbing pass does for Keras' own Dense layers). A symbol in any other literal stays forbidden (rules/compile.py
+# guards every dim a rule uses as a number), so only this term can carry one to the emitter.
+_SYMBOLIC_FORMS = [
+    OpSpec("Reshape", "ReshapeS", index_type_attrs=("Tshape",), shape_literal=True, symbolic_target=True,
+           shape_rules=(_rule("(= t (ReshapeS s x))", shape="s"),)),
+]
+
 # TF ops ingested as one of the table's terms when they have exactly two data inputs: AddN of two tensors (which
 # AddN requires to have one shape) is their AddV2. Grappler's arithmetic optimizer writes Keras' LayerNormalization
 # sums as AddN on some graphs (ViT: AddN(mean term, x term) + beta), where rule F26 must see an AddV2. The node
@@ -389,6 +417,6 @@ BINARY_ALIASES: dict[str, str] = {"AddN": "AddV2"}
 
 TABLE: dict[str, OpSpec] = {s.tf_op: s for s in _SPECS}
 TENSOR_FORMS: dict[str, OpSpec] = {s.tf_op: s for s in _TENSOR_FORMS}
-BY_TERM: dict[str, OpSpec] = {s.term: s for s in _SPECS + _TENSOR_FORMS}
+BY_TERM: dict[str, OpSpec] = {s.term: s for s in _SPECS + _TENSOR_FORMS + _SYMBOLIC_FORMS}
 # The constructors that are not TF ops (leaves, opaque nodes, projections, lists) and the check that no two
 # constructor names collide in egglog are in tensat_tf/terms.py, the declaration of the whole term language.

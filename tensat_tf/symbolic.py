@@ -162,6 +162,13 @@ class Analysis:
             self._codes[d] = -2 - len(self._codes)
         return self._codes[d]
 
+    def decode_dim(self, code: int) -> Sym:
+        """The base symbol that encode_dim gave `code` (<= -2)."""
+        for d, c in self._codes.items():
+            if c == code:
+                return d
+        raise KeyError(f"no symbol has code {code}")
+
     def encoded(self, tensor: str) -> Optional[tuple[int, ...]]:
         s = self.shapes.get(tensor)
         return None if s is None else tuple(self.encode_dim(d) for d in s)

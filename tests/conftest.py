@@ -35,6 +35,16 @@ def tree_digest(path: str) -> dict:
     return out
 
 
+def exported_graph(model, path: str):
+    """Keras `model` exported to `path` (model.export), loaded and frozen, then cleaned as convert does before the
+    e-graph (Grappler's clean-up, the shape plumbing folds): -> (graph_def, GrapplerItem) of serving_default."""
+    model.export(path, verbose=False)
+    from tensat_tf.io import load
+    from tensat_tf.passes import canonicalize, shapes
+    sig = load.load(path).signatures["serving_default"]
+    return shapes.optimize(canonicalize.optimize(sig.graph_def, sig.item), sig.item), sig.item
+
+
 def run_graph(gd, item, feeds):
     """Run a GraphDef's fetches (item.fetches) on feeds given in item.feeds order, in a TF1 session."""
     import tensorflow as tf

@@ -216,13 +216,31 @@ def test_keras_cnn_batchnorm_folds_only_with_broadcast_normalized(keras_exports,
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 
 
+DENSE_FORM = ["E10-batch-matmul-as-dense", "E11-einsum-heads-as-dense", "E12-einsum-merge-heads-as-dense"]
+
+
 def test_keras_encoder_qkv_einsums_merge_and_verify(keras_exports, tmp_path):
+    from tensat_tf.convert import convert
+    from tensat_tf.options import EngineOptions, Options
+    # the projections as Einsums (without the Dense forms, which take them on this encoder: the next test)
+    report = convert(keras_exports["encoder"], str(tmp_path / "out"),
+                     Options(engine=EngineOptions(enable_rules=["tf-fold", "merge", "einsum"],
+                                                  disable_rules=DENSE_FORM)))
+    sig = report["signatures"]["serving_default"]
+    assert sig["rules_applied"].get("EINSUM-MERGE-PROJ-BIAS-3") == 3
+    assert sig["ops_before"]["Einsum"] - sig["ops_after"]["Einsum"] == 2
+    assert sig["ops_after"]["SplitV"] == 1
+    assert sig["verification"]["passed"]
+
+
+def test_keras_encoder_projections_as_dense_layers_verify(keras_exports, tmp_path):
     from tensat_tf.convert import convert
     from tensat_tf.options import EngineOptions, Options
     report = convert(keras_exports["encoder"], str(tmp_path / "out"),
                      Options(engine=EngineOptions(enable_rules=["tf-fold", "merge", "einsum"])))
     sig = report["signatures"]["serving_default"]
-    assert sig["rules_applied"].get("EINSUM-MERGE-PROJ-BIAS-3") == 3
-    assert sig["ops_before"]["Einsum"] - sig["ops_after"]["Einsum"] == 2
-    assert sig["ops_after"]["SplitV"] == 1
+    assert sig["rules_applied"].get("E11-einsum-heads-as-dense", 0) >= 1
+    assert sig["rules_applied"].get("E12-einsum-merge-heads-as-dense") == 1
+    # every projection a MatMul: the Einsums left are the attention's two products
+    assert sig["ops_before"]["Einsum"] == 6 and sig["ops_after"]["Einsum"] == 2
     assert sig["verification"]["passed"]

@@ -5,7 +5,7 @@ cost model says it pays: on a few rows the fused kernel is dearer (cost/fusion.p
 import numpy as np
 import pytest
 
-from conftest import run_graph
+from conftest import exported_graph, run_graph
 
 
 @pytest.fixture(scope="module")
@@ -16,13 +16,7 @@ def dense_gelu(tmp_path_factory):
     h = keras.layers.Dense(64, activation="gelu")(x)
     model = keras.Model(x, keras.layers.Dense(16)(h))
     randomize_weights(model, 0)
-    path = str(tmp_path_factory.mktemp("dense_gelu") / "m")
-    model.export(path, verbose=False)
-    from tensat_tf.io import load
-    from tensat_tf.passes import canonicalize, shapes
-    sig = load.load(path).signatures["serving_default"]
-    gd = shapes.optimize(canonicalize.optimize(sig.graph_def, sig.item), sig.item)
-    return gd, sig.item
+    return exported_graph(model, str(tmp_path_factory.mktemp("dense_gelu") / "m"))
 
 
 def _optimized(gd, item, rows_per_unknown_dim):

@@ -73,7 +73,7 @@ def test_symbols_propagate_through_keras_attention(keras_attention):
     softmax = [n.name for n in gd.node if n.op == "Softmax"]
     assert softmax and a.shapes[softmax[0] + ":0"] == (b, 2, t, t)
     # the facts the e-graph gets: one i64 <= -2 per symbol, the same one wherever the symbol goes
-    _, facts, _ = ingest._infer(gd)
+    _, facts, _, _ = ingest._infer(gd)
     eb, et, c = facts[item.fetches[0]]
     assert eb <= -2 and et <= -2 and eb != et and c == 16
     assert facts["x:0"] == (eb, et, 8)
@@ -108,7 +108,7 @@ def test_equal_batch_symbols_let_S070_fire(monkeypatch):
     gd2, item2 = _two_layer_sum(two_inputs=True)
     assert _matches(gd2, item2, "S070") == 0
     # with TF's shapes alone (every unknown dim -1) the rule could not fire on the first graph either
-    monkeypatch.setattr(ingest, "_infer", lambda g: (*S.tf_inferred(g), S.Analysis()))
+    monkeypatch.setattr(ingest, "_infer", lambda g: (*S.tf_inferred(g), S.Analysis(), S.Analysis()))
     assert _matches(gd, item, "S070") == 0
 
 

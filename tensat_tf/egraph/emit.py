@@ -6,7 +6,9 @@ Walks the chosen DAG from the roots (post-order, memoised per class):
   - a typed e-node that is exactly an original node (same term, literals, children) reuses that NodeDef and name,
     and its original Const inputs; any other typed e-node becomes a fresh node named `tensat/<Op>_<k>`;
   - nested ConcatV2 on one axis (binary in the e-graph) are flattened back into one N-ary op when the inner one has no
-    other consumer.
+    other consumer;
+  - a ReshapeS whose shape holds symbols reads a target built from Shape(graph input), shared by value between the
+    reshapes that need the same one (tensat_tf/shape_values.py).
 The result keeps the input's function library and versions. Node order is the emission order, which depends only on
 the choice, so equal choices give equal bytes.
 """
@@ -19,7 +21,7 @@ import networkx as nx
 import numpy as np
 import tensorflow as tf
 
-from tensat_tf import ops
+from tensat_tf import ops, shape_values
 from tensat_tf.egraph import nodedef
 from tensat_tf.egraph.data import EGraphData
 from tensat_tf.extract.dag import reachable_classes
@@ -45,6 +47,7 @@ class Emitter:
         self.const, self.order = self._const_classes()
         self.values: dict[int, np.ndarray] = {}    # folded class -> its value (_fold)
         self.input_nodes = {n.name: n for n in ing.graph_def.node}   # name -> NodeDef of the input graph
+        self.shape_values: Optional[shape_values.Builder] = None       # run-time targets of ReshapeS (_target)
 
     # ------------------------------------------------------------------ bookkeeping
     def _index_originals(self) -> dict[int, list[tuple[Original, list[int]]]]:
@@ -309,10 +312,27 @@ class Emitter:
             self.node_of[cls] = node.name
 
     def _new_typed(self, spec: ops.OpSpec, enode, in_names: list[str], dtype: tf.DType):
+        if spec.symbolic_target and any(d <= -2 for d in enode.payload[0]):
+            in_names = in_names + [self._target(enode.payload[0])]
         node, consts = nodedef.build(spec, enode.payload, self._fresh(spec.tf_op), in_names, dtype)
         for const in consts:
             self._add(const)
         return node
+
+    def _target(self, dims) -> str:
+        """The int32 tensor of a ReshapeS's shape: its symbols (graph input dims) read from Shape(input)."""
+        if self.shape_values is None:
+            inputs = {n.name: tf.as_dtype(n.attr["dtype"].type) for n in self.ing.inputs.values()}
+            self.shape_values = shape_values.Builder(self.ing.graph_def, self.ing.symbols, inputs, reuse=False)
+        b = self.shape_values
+        elems = [self.ing.symbols.decode_dim(d) if d <= -2 else d for d in dims]
+        before = len(b.new)
+        name = b.target(elems, tf.int32)
+        if name is None:
+            raise ValueError(f"no run-time target for a reshape to {list(dims)}")
+        for node in b.new[before:]:
+            self._add(node)
+        return name
 
 
 def emit(ing: Ingested, exp: Exported, choice: dict[int, int]) -> tf.compat.v1.GraphDef:

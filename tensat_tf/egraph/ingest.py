@@ -65,6 +65,8 @@ class Ingested:
     # hold), and the base symbols that are a graph input's dim 0: what the cost model prices (cost/sizes.py)
     sizes: dict = _empty(dict)
     batch_bases: frozenset = frozenset()
+    # the analysis whose codes the e-graph's symbols are (ReshapeS's emitter reads a symbol's graph input from it)
+    symbols: Optional[symbolic.Analysis] = None
 
     @property
     def typed(self) -> dict[str, Original]:
@@ -111,15 +113,17 @@ def _tensor_name(node: str, k: int) -> str:
     return f"{node}:{k}"
 
 
-def _infer(graph_def) -> tuple[dict, dict, symbolic.Analysis]:
+def _infer(graph_def) -> tuple[dict, dict, symbolic.Analysis, symbolic.Analysis]:
     """Output dtypes and shapes of every node: TF's own shape inference, with each dim TF leaves unknown replaced by
-    its symbol where tensat_tf/symbolic.py finds one (encoded as an i64 <= -2, see tensat_tf/ops.py); and the full
-    symbolic analysis (Ingested.sizes)."""
+    its symbol where tensat_tf/symbolic.py finds one (encoded as an i64 <= -2, see tensat_tf/ops.py); the full
+    symbolic analysis (Ingested.sizes); and the e-graph mode analysis that gave the symbols their codes
+    (Ingested.symbols)."""
     dtypes, tf_shapes = symbolic.tf_inferred(graph_def)
     analysis = symbolic.infer(graph_def, tf_shapes, egraph=True)
     # for pricing, everything the analysis can name (the e-graph mode leaves a Reshape's product of symbols unknown
     # where the egglog rules cannot derive it): 0.07 s on ConvNeXt-Tiny's 1,000 nodes
-    return dtypes, {t: analysis.encoded(t) for t in tf_shapes}, symbolic.infer(graph_def, tf_shapes)
+    encoded = {t: analysis.encoded(t) for t in tf_shapes}
+    return dtypes, encoded, symbolic.infer(graph_def, tf_shapes), analysis
 
 
 def _attr_value(node, attr: ops.Attr):
@@ -246,10 +250,11 @@ class _Ingest:
     """One pass over the graph in topological order; one method per kind of node (Input, Weight, typed, opaque)."""
 
     def __init__(self, graph_def, item: GrapplerItem):
-        self.dtypes, shapes, analysis = _infer(graph_def)
+        self.dtypes, shapes, analysis, coded = _infer(graph_def)
         self.ing = Ingested(graph_def=graph_def, shapes=shapes,
                             sizes={t: analysis.shapes[t] for t in shapes if analysis.shapes.get(t) is not None},
-                            batch_bases=frozenset(b for b, (_, k) in analysis.base_origin.items() if k == 0))
+                            batch_bases=frozenset(b for b, (_, k) in analysis.base_origin.items() if k == 0),
+                            symbols=coded)
         self.shapes = shapes
         self.commands = self.ing.commands
         self.nodes_by_name = {n.name: n for n in graph_def.node}

@@ -42,6 +42,8 @@ def build(spec: ops.OpSpec, payload: tuple, name: str, in_names: list[str],
     """
     node = tf.compat.v1.NodeDef(name=name, op=spec.tf_op)
     values = dict(zip((n for n, _ in spec.literals), payload))
+    if spec.symbolic_target:
+        return _reshape_to(node, values["out_shape"], in_names, dtype)
     for a in spec.attrs:
         set_attr(node, a.name, a.kind, values[a.name])
     node.attr["T"].type = dtype.as_datatype_enum
@@ -65,6 +67,23 @@ def build(spec: ops.OpSpec, payload: tuple, name: str, in_names: list[str],
         node.attr[attr].type = dtype.as_datatype_enum
     for attr, value in spec.fixed_attrs:
         node.attr[attr].i = value
+    return node, extra
+
+
+def _reshape_to(node, out_shape, in_names: list[str], dtype: tf.DType):
+    """ReshapeS: in_names is [x] (the target a Const of out_shape, which must then be concrete but for one -1: rule
+    tests, folded classes, the measured cost model) or [x, target] (the emitter's run-time target where out_shape
+    holds symbols: tensat_tf/shape_values.py)."""
+    extra = []
+    if len(in_names) == 1:
+        dims = [int(d) for d in out_shape]
+        if any(d < -1 for d in dims) or dims.count(-1) > 1:
+            raise ValueError(f"reshape to {dims} needs a run-time target (its symbols come from the graph inputs)")
+        extra.append(int_const(f"{node.name}/shape", dims))
+        in_names = [in_names[0], extra[0].name]
+    node.input.extend(in_names)
+    node.attr["T"].type = dtype.as_datatype_enum
+    node.attr["Tshape"].type = tf.int32.as_datatype_enum
     return node, extra
 
 
