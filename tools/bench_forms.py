@@ -16,6 +16,10 @@ Experiments (each a chain of a few copies of the pattern, so that it outweighs t
   preact_bias     a per-channel bias before Relu and a 1x1 conv (DenseNet's, ResNetV2's pre-activation): AddV2 of a
                   [1, 1, 1, C] constant or BiasAdd
   small_m         x [M, K] by a variable weight [K, N] at small M: MatMul, BatchMatMulV2, Einsum, MatMul(transpose_b)
+  batch_matmul_dense  x [1, t, K] (batch and sequence dynamic) by a variable [K, N]: BatchMatMulV2 (Grappler's
+                  EinsumDense) or Keras' Dense form, Reshape to rows, MatMul, Reshape back (rules/einsum.rules E10)
+  einsum_dense    MultiHeadAttention's projections as EinsumDense writes them (Einsum + bias) or as Dense layers
+                  (rules/einsum.rules E11/E12/E14)
   position_gather learned positions: GatherV2 of Range(0, n) behind Keras' negative-index SelectV2, or a Slice
 
 Each row: reference / candidate, the median of per-block ratios of block medians with its 95 % interval (> 1: the
@@ -36,7 +40,8 @@ os.environ.setdefault("TF_OVERRIDE_GLOBAL_THREADPOOL", "1")
 import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
 
-EXPERIMENTS = ("residual_addn", "layer_norm", "se_fc", "preact_bias", "small_m", "einsum_dense", "position_gather")
+EXPERIMENTS = ("residual_addn", "layer_norm", "se_fc", "preact_bias", "small_m", "batch_matmul_dense", "einsum_dense",
+               "position_gather")
 flags.DEFINE_list("experiments", list(EXPERIMENTS), f"Any of {', '.join(EXPERIMENTS)}.")
 flags.DEFINE_integer("blocks", 16, "Paired blocks per comparison.")
 flags.DEFINE_integer("runs", 20, "Session.run calls of each form per block (the block's median is compared).")
@@ -237,6 +242,26 @@ def small_m(tf):
             for form, ys in sums.items():
                 f.forms[form] = tf.math.add_n([tf.reduce_sum(y, 0) for y in ys])
         rows += compare(tf, f"[{m}, {k}] x variable [{k}, {n}]", f)
+    return rows
+
+
+def batch_matmul_dense(tf):
+    rows = []
+    for m in (16, 64):
+        for k in (64, 256, 1024):
+            for n in (256, 1024, 4096):
+                if k * n > 4 * 2 ** 20:
+                    continue
+                f = Forms(tf, (1, m, k), dynamic=2)
+                with f.graph.as_default():
+                    ws = [f.weight((k, n), 0.05, variable=True) for _ in range(4)]
+                    lead = tf.shape(f.x)[:2]      # one Shape for every layer, as the emitter builds ReshapeS's target
+                    sums = {"BatchMatMulV2": [tf.linalg.matmul(f.x, w) for w in ws],
+                            "Dense": [tf.reshape(tf.linalg.matmul(tf.reshape(f.x, [-1, k]), w),
+                                                 tf.concat([lead, [n]], 0)) for w in ws]}
+                    for form, ys in sums.items():
+                        f.forms[form] = tf.math.add_n([tf.reduce_sum(y, 1) for y in ys])
+                rows += compare(tf, f"[1, {m}, {k}] x variable [{k}, {n}]", f)
     return rows
 
 
