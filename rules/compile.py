@@ -18,8 +18,8 @@ a NUMBER (in a right side's literal: split sizes, reshape targets, pad amounts; 
 ordering: `(> (dim ?x 1) 0)`, `(<= (dim ?a 0) (dim ?b 0))`, `(% (dim ?x 3) 2)`) is guarded `(>= dim 0)` here, for
 every rule, so a symbol (or -1) never becomes a literal; a `(shape ?x)` used so needs `(Concrete x)`. The one
 exception is a dim copied as an element of ReshapeS's shape `(ReshapeS (vec-of (dim ?x 0) ...) ?y)`: that literal
-is the output's shape, not a target, and the emitter builds each symbol in it from Shape(graph input); such a rule
-guards `(known ?x)` so that no -1 reaches it.
+is the output's shape, not a target, and the emitter builds each symbol in it from Shape(graph input); such a dim is
+guarded `(!= dim -1)` instead (a size or a symbol, never an unknown).
 `(known ?x)` means no dim of ?x is -1: each is concrete or a symbol.
 """
 from __future__ import annotations
@@ -130,9 +130,10 @@ class _Ctx:
         return self.expr(g)
 
 
-def _numeric_uses(e: Sexp, direct: bool, out: list) -> None:
-    """Collect the (dim ...) and (shape ...) of `e` used as numbers (not as a direct operand of = or !=, nor copied
-    as an element of the shape of a ReshapeS, whose emitter builds symbols at run time: tensat_tf/ops.py)."""
+def _numeric_uses(e: Sexp, direct: bool, out: list, copies: list) -> None:
+    """Collect the (dim ...) and (shape ...) of `e` used as numbers (not as a direct operand of = or !=), and into
+    `copies` the dims copied as an element of the shape of a ReshapeS, whose emitter builds symbols at run time
+    (tensat_tf/ops.py): those may be symbols, never -1."""
     if not isinstance(e, list) or not e:
         return
     head = e[0]
@@ -140,30 +141,39 @@ def _numeric_uses(e: Sexp, direct: bool, out: list) -> None:
         if not direct:
             out.append(e)
         if head == "dim":
-            _numeric_uses(e[2], False, out)
+            _numeric_uses(e[2], False, out, copies)
         return
     if head in CONDITIONS or head == "rank":
         return
     spec = ops.BY_TERM.get(head) if isinstance(head, str) else None
     if spec is not None and spec.symbolic_target and isinstance(e[1], list) and e[1] and e[1][0] == "vec-of":
         for d in e[1][1:]:
-            _numeric_uses(d, True, out)
+            if isinstance(d, list) and d[:1] == ["dim"]:
+                copies.append(d)
+                _numeric_uses(d[2], False, out, copies)
+            else:
+                _numeric_uses(d, False, out, copies)
         for x in e[2:]:
-            _numeric_uses(x, False, out)
+            _numeric_uses(x, False, out, copies)
         return
     for x in e[1:]:
-        _numeric_uses(x, head in ("=", "!="), out)
+        _numeric_uses(x, head in ("=", "!="), out, copies)
 
 
 def _concreteness_guards(rule: Rule, ctx: "_Ctx") -> list[str]:
     uses: list = []
+    copies: list = []
     for dst in rule.targets:
-        _numeric_uses(dst, False, uses)
+        _numeric_uses(dst, False, uses, copies)
     for g in rule.guards:
-        _numeric_uses(g, True, uses)
+        _numeric_uses(g, True, uses, copies)
     facts = []
     for u in uses:
         f = f"(Concrete {ctx.v(u[1])})" if u[0] == "shape" else f"(>= {ctx.expr(u)} 0)"
+        if f not in facts:
+            facts.append(f)
+    for c in copies:                      # a size or a symbol: an unknown -1 has no run-time value to build
+        f = f"(!= {ctx.expr(c)} -1)"
         if f not in facts:
             facts.append(f)
     return facts

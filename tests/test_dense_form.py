@@ -100,3 +100,4 @@ def test_only_reshape_s_may_copy_a_symbol_into_a_literal():
     a, b = (rc.compile_rule(r) for r in rules)
     assert "(>= (vec-get s_x 2) 0)" in a and "(>= (vec-get s_w 1) 0)" not in a     # C is a number, the copies not
     assert "(>= (vec-get s_x 0) 0)" not in a and "(>= (vec-get s_x 0) 0)" in b
+    assert "(!= (vec-get s_x 0) -1)" in a and "(!= (vec-get s_x 1) -1)" in a      # a symbol, never an unknown
