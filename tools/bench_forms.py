@@ -67,6 +67,11 @@ class Forms:
                      else np.zeros(shape, np.int32)}
         self._vars = 0
 
+    def sum_forms(self, outputs: dict, axis: int) -> None:
+        """Each form's several outputs (form -> list of tensors) reduced over `axis` and added into its one fetch."""
+        for form, ys in outputs.items():
+            self.forms[form] = self.tf.math.add_n([self.tf.reduce_sum(y, axis) for y in ys])
+
     def weight(self, shape: tuple, scale: float = 0.1, variable: bool = None, value: np.ndarray = None):
         """A weight as the output SavedModel holds it: a variable from MIN_VARIABLE_ELEMENTS elements, else a Const
         (`variable` forces either); random unless `value` is given."""
@@ -233,14 +238,12 @@ def small_m(tf):
             values = [(0.05 * f.rng.standard_normal((k, n))).astype(np.float32) for _ in range(4)]
             ws = [f.weight((k, n), variable=True, value=v) for v in values]
             wts = [f.weight((n, k), variable=True, value=np.ascontiguousarray(v.T)) for v in values]
-            sums = {
+            f.sum_forms({
                 "MatMul": [tf.linalg.matmul(f.x, w) for w in ws],
                 "BatchMatMulV2": [tf.raw_ops.BatchMatMulV2(x=f.x[None], y=w)[0] for w in ws],
                 "Einsum": [tf.einsum("mk,kn->mn", f.x, w) for w in ws],
                 "MatMul(transpose_b)": [tf.linalg.matmul(f.x, w, transpose_b=True) for w in wts],
-            }
-            for form, ys in sums.items():
-                f.forms[form] = tf.math.add_n([tf.reduce_sum(y, 0) for y in ys])
+            }, 0)
         rows += compare(tf, f"[{m}, {k}] x variable [{k}, {n}]", f)
     return rows
 
@@ -256,11 +259,9 @@ def batch_matmul_dense(tf):
                 with f.graph.as_default():
                     ws = [f.weight((k, n), 0.05, variable=True) for _ in range(4)]
                     lead = tf.shape(f.x)[:2]      # one Shape for every layer, as the emitter builds ReshapeS's target
-                    sums = {"BatchMatMulV2": [tf.linalg.matmul(f.x, w) for w in ws],
-                            "Dense": [tf.reshape(tf.linalg.matmul(tf.reshape(f.x, [-1, k]), w),
-                                                 tf.concat([lead, [n]], 0)) for w in ws]}
-                    for form, ys in sums.items():
-                        f.forms[form] = tf.math.add_n([tf.reduce_sum(y, 1) for y in ys])
+                    f.sum_forms({"BatchMatMulV2": [tf.linalg.matmul(f.x, w) for w in ws],
+                                 "Dense": [tf.reshape(tf.linalg.matmul(tf.reshape(f.x, [-1, k]), w),
+                                                      tf.concat([lead, [n]], 0)) for w in ws]}, 1)
                 rows += compare(tf, f"[1, {m}, {k}] x variable [{k}, {n}]", f)
     return rows
 

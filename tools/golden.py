@@ -22,6 +22,7 @@ from tensat_tf import zoo
 from tensat_tf.convert import convert
 from tensat_tf.options import Options
 
+
 def environment() -> dict:
     """What the bytes depend on besides the code: a reference recorded elsewhere is not comparable."""
     return {"tensorflow": _dist_version("tensorflow"), "egglog": _dist_version("egglog"), "pulp": _dist_version("pulp"),

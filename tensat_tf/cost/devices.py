@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 
+from tensat_tf import ops
 from tensat_tf.cost.fusion import FUSED_ACTIVATIONS
 
 
@@ -14,7 +15,8 @@ class Device:
 
     op_overhead_us is the fixed cost of one op (executor dispatch, output allocation, kernel setup);
     overhead_us_by_term overrides it for ops whose fixed cost differs a lot: vendor-library kernels (oneDNN / cuDNN
-    primitive lookup for convolutions and pools) cost more, a metadata-only Reshape less. flops_per_element_by_term
+    primitive lookup for convolutions and pools) cost more, a metadata-only Reshape less; a term without an entry of
+    its own takes the entry of the TF op it runs (ReshapeT and ReshapeS are Reshapes). flops_per_element_by_term
     gives the FLOP equivalent of one element of ops that are compute-bound although elementwise (tanh, sigmoid);
     other elementwise ops count 1. strided_copy_efficiency is the fraction of bandwidth_gbs a Transpose reaches;
     broadcast_efficiency the fraction a binary elementwise op reaches when it broadcasts a non-scalar operand (a
@@ -59,7 +61,9 @@ class Device:
     variable_depthwise_us: float = 0.0
 
     def overhead_ms(self, term: str) -> float:
-        return dict(self.overhead_us_by_term).get(term, self.op_overhead_us) * 1e-3
+        table = dict(self.overhead_us_by_term)
+        spec = ops.BY_TERM.get(term)
+        return table.get(term, table.get(spec.tf_op if spec else term, self.op_overhead_us)) * 1e-3
 
     def flops_per_element(self, term: str) -> float:
         return dict(self.flops_per_element_by_term).get(term, 1.0)
@@ -135,9 +139,9 @@ class Device:
 # `tensat_tf calibrate MODEL` prints the measured and the analytic sum of a model's op costs side by side.
 CPU = Device(
     "cpu", peak_gflops=110.0, bandwidth_gbs=90.0, op_overhead_us=0.3,
-    overhead_us_by_term=(("Reshape", 0.1), ("ReshapeT", 0.1), ("ReshapeS", 0.1), ("MatMul", 0.5),
-                         ("BatchMatMulV2", 2.8), ("AvgPool", 2.8), ("Transpose", 3.7), ("MaxPool", 4.7),
-                         ("Conv2D", 5.5), ("DepthwiseConv2dNative", 8.3), ("FusedBatchNormV3", 4.5), ("Einsum", 3.2)),
+    overhead_us_by_term=(("Reshape", 0.1), ("MatMul", 0.5), ("BatchMatMulV2", 2.8), ("AvgPool", 2.8),
+                         ("Transpose", 3.7), ("MaxPool", 4.7), ("Conv2D", 5.5), ("DepthwiseConv2dNative", 8.3),
+                         ("FusedBatchNormV3", 4.5), ("Einsum", 3.2)),
     flops_per_element_by_term=(("Tanh", 35.0), ("Sigmoid", 64.0), ("Erfc", 150.0)),
     strided_copy_efficiency=0.5, broadcast_efficiency=0.3, fused_contractions=("Conv2D", "DepthwiseConv2dNative"),
     fused_activations=FUSED_ACTIVATIONS, call_overhead_us=160.0, fused_matmul_us=4.5, fused_depthwise_us=4.0,
@@ -174,9 +178,9 @@ FROZEN_WEIGHTS_VAR = "TF_ONEDNN_ASSUME_FROZEN_WEIGHTS"
 #   call_overhead_us: not re-measured (CPU's 160).
 CPU_EIGEN = Device(
     "cpu-eigen", peak_gflops=80.0, bandwidth_gbs=70.0, op_overhead_us=0.3,
-    overhead_us_by_term=(("Reshape", 0.1), ("ReshapeT", 0.1), ("ReshapeS", 0.1), ("MatMul", 0.6),
-                         ("BatchMatMulV2", 0.9), ("AvgPool", 1.8), ("Transpose", 3.7), ("MaxPool", 1.1),
-                         ("Conv2D", 1.1), ("DepthwiseConv2dNative", 1.1), ("FusedBatchNormV3", 4.5), ("Einsum", 3.2)),
+    overhead_us_by_term=(("Reshape", 0.1), ("MatMul", 0.6), ("BatchMatMulV2", 0.9), ("AvgPool", 1.8),
+                         ("Transpose", 3.7), ("MaxPool", 1.1), ("Conv2D", 1.1), ("DepthwiseConv2dNative", 1.1),
+                         ("FusedBatchNormV3", 4.5), ("Einsum", 3.2)),
     flops_per_element_by_term=(("Tanh", 37.0), ("Sigmoid", 70.0), ("Erfc", 154.0), ("DepthwiseConv2dNative", 4.6),
                                ("MaxPool", 12.0), ("AvgPool", 20.0)), depthwise_ns_per_output=0.36,
     strided_copy_efficiency=0.5, broadcast_efficiency=0.4, fused_contractions=("Conv2D",),
@@ -189,8 +193,8 @@ CPU_EIGEN = Device(
 # cuBLAS algorithm selection and workspace; Reshape launches no kernel. Tanh / sigmoid count 8 FLOPs per element
 # (special-function units run at a fraction of the FP32 rate; an estimate). Small ops are therefore overhead-bound
 # on GPUs, which is the property that matters for ranking (merging small ops pays off more than on CPU).
-_GPU_OVERHEADS = (("Reshape", 1.0), ("ReshapeT", 1.0), ("ReshapeS", 1.0), ("MatMul", 8.0), ("BatchMatMulV2", 8.0),
-                  ("Einsum", 8.0), ("Conv2D", 10.0), ("DepthwiseConv2dNative", 10.0))
+_GPU_OVERHEADS = (("Reshape", 1.0), ("MatMul", 8.0), ("BatchMatMulV2", 8.0), ("Einsum", 8.0), ("Conv2D", 10.0),
+                  ("DepthwiseConv2dNative", 10.0))
 GPU_T4 = Device("gpu-t4", peak_gflops=8100.0, bandwidth_gbs=320.0, op_overhead_us=5.0,
                        overhead_us_by_term=_GPU_OVERHEADS, flops_per_element_by_term=(("Tanh", 8.0), ("Sigmoid", 8.0)),
                        strided_copy_efficiency=0.5)
