@@ -14,11 +14,14 @@ Every op not in this table is ingested as an opaque `Op` node that round-trips i
 Term argument order is: kept attributes (table order), folded Const inputs (table order), tensor inputs (in order).
 
 Dimensions are i64: a concrete size >= 0; -1 unknown (nothing is known); <= -2 a *symbol* (Grappler's convention in
-GraphProperties): one per unknown dim of a graph input, numbered at ingest (tensat_tf/symbolic.py), copied unchanged
-by every shape rule that copies a dim, so two dims are equal exactly when they are the same concrete size or the same
-symbol (both are the run-time size of one input dim). A symbol is never used as a number: shape rules that compute a
-dimension use `_dim`, which returns -1 whenever an input dimension is not concrete (unknown or symbolic), so neither
-ever turns into a wrong concrete number; rules/compile.py guards every dim a rule computes with (>= 0).
+GraphProperties): a positive multiple of one unknown dim of a graph input (`symbol_code`: the input dim numbered at
+ingest by tensat_tf/symbolic.py, times a coefficient, so that Keras' Dense rows of a [batch, 17, C] input are 17 x
+batch, and its reshape back gives the batch again), copied unchanged by every shape rule that copies a dim, so two
+dims are equal exactly when they are the same concrete size or the same symbol (both are the run-time size of one
+input dim, times the same coefficient). A symbol is never used as a number: shape rules that compute a dimension use
+`_dim`, which returns -1 whenever an input dimension is not concrete (unknown or symbolic), so neither ever turns into
+a wrong concrete number; rules/compile.py guards every dim a rule computes with (>= 0). The one rule that reads a
+symbol's coefficient is a Reshape's -1 (`_reshape_symbol_rules`), which scales it exactly or gives -1.
 """
 from __future__ import annotations
 
@@ -93,6 +96,27 @@ class OpSpec:
     def const_positions(self, n_data_inputs: int) -> list[int]:
         """The positions of const_slots, in increasing order."""
         return sorted(self.const_slots(n_data_inputs))
+
+
+# ---------------------------------------------------------------------------------------------- symbols
+# A symbol's code: -2 - base - SYMBOL_STRIDE * (coef - 1) for coef times the input dim numbered `base` (0, 1, ...);
+# a base and a coefficient past these bounds are not encoded (the dim is -1), which keeps every code and the Reshape
+# rule's products (a coefficient times a tensor's element count per batch) within an i64.
+SYMBOL_STRIDE = 1 << 20
+MAX_SYMBOL_COEF = 1 << 31
+
+
+def symbol_code(base: int, coef: int) -> int:
+    """The i64 of `coef` times input dim `base`, or -1 where it has none."""
+    if not (0 <= base < SYMBOL_STRIDE and 1 <= coef <= MAX_SYMBOL_COEF):
+        return -1
+    return -2 - base - SYMBOL_STRIDE * (coef - 1)
+
+
+def symbol_parts(code: int) -> tuple[int, int]:
+    """(base, coef) of a symbol's code (<= -2)."""
+    n = -2 - code
+    return n % SYMBOL_STRIDE, n // SYMBOL_STRIDE + 1
 
 
 # ---------------------------------------------------------------------------------------------- shape helpers
@@ -238,19 +262,36 @@ def _reshape_concrete_rules() -> tuple[str, ...]:
     return tuple(rules)
 
 
+def _scaled_symbol(code: str, num: str, den: str) -> str:
+    """egglog: the code of symbol `code` times num / den (den > 0) where that is a whole positive multiple of its
+    input dim, else -1 (the arithmetic of symbol_code / symbol_parts; no branching in egglog expressions)."""
+    n = f"(- -2 {code})"
+    scaled = f"(* (+ (/ {n} {SYMBOL_STRIDE}) 1) {num})"          # coef * num
+    quotient = f"(/ {scaled} {den})"
+    # ok = 1 when den divides coef * num and the quotient is a coefficient (1 .. MAX_SYMBOL_COEF), else 0
+    ok = (f"(min (min (- 1 (min (% {scaled} {den}) 1)) (max (min {quotient} 1) 0)) "
+          f"(max (min (+ (- {MAX_SYMBOL_COEF} {quotient}) 1) 1) 0))")
+    # (clamped so that the product stays an i64 where ok is 0)
+    new = f"(- (- -2 (% {n} {SYMBOL_STRIDE})) (* {SYMBOL_STRIDE} (- (min {quotient} {MAX_SYMBOL_COEF}) 1)))"
+    return f"(+ (* {ok} {new}) (- {ok} 1))"
+
+
 def _reshape_symbol_rules() -> tuple[str, ...]:
-    """Reshape(x, target with -1) where x has symbols and no -1: the -1 is x's batch symbol when both lead (x =
-    [s, d1..], target [-1, k1..], d1*.. = k1*..: a Flatten), else -1. Mirrored by tensat_tf/symbolic.py (egraph mode)
-    so the facts of ingested Reshapes and the shapes of rewritten ones agree; the cases are disjoint."""
+    """Reshape(x, target with -1) where x has symbols and no -1: when x's only symbol leads and so does the -1 (x =
+    [s, d1..], target [-1, k1..], every d and k a size, k's > 0: a Flatten, or Keras' Dense rows and its reshape
+    back), the -1 is s * (d1*..) / (k1*..) where that is a whole multiple of s's input dim, else -1. Mirrored by
+    tensat_tf/symbolic.py (egraph mode) so the facts of ingested Reshapes and the shapes of rewritten ones agree; the
+    cases are disjoint."""
     rules = []
     base = "(= t (Reshape s x)) (vec-contains s -1) (= sx (shape x)) (vec-not-contains sx -1)"
     for r in range(1, 7):
         for q in range(1, 7):
             head = (f"{base} (= (vec-length sx) {r}) (= (vec-length s) {q}) (= (vec-get s 0) -1) "
                     f"(<= (vec-get sx 0) -2)" + "".join(f" (>= (vec-get sx {i}) 0)" for i in range(1, r)))
-            rules.append(_rule(head, f"(= {_prod('sx', 1, r)} {_prod('s', 1, q)})",
-                               shape="(vec-set s 0 (vec-get sx 0))"))
-            rules.append(_rule(head, f"(!= {_prod('sx', 1, r)} {_prod('s', 1, q)})", shape="s"))
+            rules.append(_rule(head, *(f"(> (vec-get s {j}) 0)" for j in range(1, q)), shape=(
+                f"(vec-set s 0 {_scaled_symbol('(vec-get sx 0)', _prod('sx', 1, r), _prod('s', 1, q))})")))
+            for j in range(1, q):      # a zero (or a second -1, which TF refuses) in the target: -1 stays
+                rules.append(_rule(head, f"(<= (vec-get s {j}) 0)", shape="s"))
     for k in range(1, 7):      # a symbol past the first dim
         rules.append(_rule(f"{base} (> (vec-length sx) {k}) (<= (vec-get sx {k}) -2)", shape="s"))
     for k in range(7):         # the -1 is not the first target dim

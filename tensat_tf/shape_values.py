@@ -95,24 +95,37 @@ class Builder:
             self.memo[key] = nm
         return self.memo[key]
 
-    @staticmethod
-    def _materializable(d) -> bool:
-        return isinstance(d, int) or (isinstance(d, S.Sym) and d.is_base)
+    def mul(self, x: str, c: int, dtype, scalar: bool) -> str:
+        key = ("mul", x, c, dtype, scalar)
+        if key not in self.memo:
+            nm = unique(f"shapes_folded/mul_{len(self.memo)}", self.taken)
+            n = tf.compat.v1.NodeDef(name=nm, op="Mul", input=[x, self.const([c], dtype, scalar=scalar)])
+            n.attr["T"].type = dtype.as_datatype_enum
+            self.new.append(n)
+            self.memo[key] = nm
+        return self.memo[key]
 
-    def value(self, elems, dtype, scalar: bool):
-        """A tensor computing a value whose elements are ints or base symbols (None otherwise): a Const when all are
-        ints, else slices of Shape(input) and constants, concatenated."""
-        if not all(self._materializable(d) for d in elems):
+    @staticmethod
+    def _materializable(d, scaled: bool = False) -> bool:
+        """An int or a base symbol; with `scaled`, also a multiple of one (a Mul of its dim)."""
+        return isinstance(d, int) or (isinstance(d, S.Sym) and (d.is_base or (scaled and len(d.bases) == 1)))
+
+    def value(self, elems, dtype, scalar: bool, scaled: bool = False):
+        """A tensor computing a value whose elements are ints or base symbols (with `scaled`, multiples of one too;
+        None otherwise): a Const when all are ints, else slices of Shape(input) (times a constant for a multiple)
+        and constants, concatenated."""
+        if not all(self._materializable(d, scaled) for d in elems):
             return None
         if scalar:
             d = elems[0]
             if isinstance(d, int):
                 return self.const([d], dtype, scalar=True)
             ph, i = self.a.base_origin[d.bases[0]]
-            return self.slice(ph, i, i + 1, dtype, shrink=True)
+            dim = self.slice(ph, i, i + 1, dtype, shrink=True)
+            return dim if d.coef == 1 else self.mul(dim, d.coef, dtype, scalar=True)
         if all(isinstance(d, int) for d in elems):
             return self.const(elems, dtype)
-        runs: list = []                      # ["c", [ints]] or ["s", placeholder, lo, hi]
+        runs: list = []          # ["c", [ints]], ["s", placeholder, lo, hi] or ["m", placeholder, i, coef]
         for d in elems:
             if isinstance(d, int):
                 if runs and runs[-1][0] == "c":
@@ -121,7 +134,9 @@ class Builder:
                     runs.append(["c", [d]])
                 continue
             ph, i = self.a.base_origin[d.bases[0]]
-            if runs and runs[-1][0] == "s" and runs[-1][1] == ph and runs[-1][3] == i:
+            if d.coef != 1:
+                runs.append(["m", ph, i, d.coef])
+            elif runs and runs[-1][0] == "s" and runs[-1][1] == ph and runs[-1][3] == i:
                 runs[-1][3] = i + 1
             else:
                 runs.append(["s", ph, i, i + 1])
@@ -129,18 +144,26 @@ class Builder:
         for r in runs:
             if r[0] == "c":
                 parts.append(self.const(r[1], dtype))
+            elif r[0] == "m":
+                parts.append(self.mul(self.slice(r[1], r[2], r[2] + 1, dtype), r[3], dtype, scalar=False))
             elif r[2] == 0 and r[3] == len(self.a.shapes[f"{r[1]}:0"]):
                 parts.append(self.shape_of(r[1], dtype))
             else:
                 parts.append(self.slice(r[1], r[2], r[3], dtype))
         return parts[0] if len(parts) == 1 else self.concat(parts, dtype)
 
-    def target(self, dims, dtype):
+    def target(self, dims, dtype, scaled: bool = False):
         """A Reshape target for output dims `dims` (each concrete, a Sym or None), or None: at most one dim that is
-        not materializable becomes -1."""
+        not materializable becomes -1; with `scaled` (the emitter's ReshapeS, whose dims the e-graph proved), where
+        more than one is and all but the first are multiples of one symbol, those are computed."""
         loose = [i for i, d in enumerate(dims) if not self._materializable(d)]
         if len(loose) > 1:
-            return None
+            if not scaled or not all(self._materializable(dims[i], scaled=True) for i in loose[1:]):
+                return None
+            if any(isinstance(d, int) and d == 0 for d in dims):
+                return None
+            return self.value([-1 if i == loose[0] else d for i, d in enumerate(dims)], dtype, scalar=False,
+                              scaled=True)
         if not loose and sum(not isinstance(d, int) for d in dims) == 1:
             loose = [i for i, d in enumerate(dims) if not isinstance(d, int)]   # one symbol: -1, no Shape needed
         if loose and any(isinstance(d, int) and d == 0 for d in dims):

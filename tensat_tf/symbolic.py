@@ -11,8 +11,9 @@ A dimension is an `int` >= 0, a `Sym`, or None (unknown: nothing is known about 
 `infer` combines the result with TF's own shape inference: TF's concrete dims always win (a disagreement means this
 module is wrong, and the whole tensor falls back to TF's shape), TF's unknown dims take the symbol found here.
 
-The egglog encoding of dims (tensat_tf.ops) is an i64: concrete >= 0, -1 unknown, <= -2 a symbol; `encode` maps a
-`Sym` to its integer, numbering symbols in the order they are met (deterministic for one graph).
+The egglog encoding of dims (tensat_tf.ops) is an i64: concrete >= 0, -1 unknown, <= -2 a multiple of one symbol;
+`encode` maps a `Sym` to its integer (base symbols are numbered in the graph's topological order, deterministic for
+one graph), `decode` back.
 """
 from __future__ import annotations
 
@@ -22,6 +23,8 @@ from typing import Optional, Union
 
 import numpy as np
 import tensorflow as tf
+
+from tensat_tf import ops
 
 
 @dataclasses.dataclass(frozen=True, order=True)
@@ -144,34 +147,31 @@ class Analysis:
         self.values: dict[str, list] = {}
         self.scalar: dict[str, bool] = {}
         self.base_origin: dict[int, tuple[str, int]] = {}   # base symbol -> (placeholder name, dim index)
-        self._codes: dict[Sym, int] = {}
         self.egraph = False
         self.consts: set[str] = set()                       # tensors of Const nodes
 
-    # -------------------------------------------------------------- i64 encoding (tensat_tf.ops)
-    def encode_dim(self, d: Dim) -> int:
-        """A product of symbols is -1 in the e-graph: its shape rules cannot multiply symbols (`_dim` derives -1 for
-        any arithmetic on one), and a fact they would contradict is a `shape` conflict."""
-        if d is None:
-            return -1
-        if isinstance(d, int):
-            return d
-        if not d.is_base:
-            return -1
-        if d not in self._codes:
-            self._codes[d] = -2 - len(self._codes)
-        return self._codes[d]
-
-    def decode_dim(self, code: int) -> Sym:
-        """The base symbol that encode_dim gave `code` (<= -2)."""
-        for d, c in self._codes.items():
-            if c == code:
-                return d
-        raise KeyError(f"no symbol has code {code}")
-
     def encoded(self, tensor: str) -> Optional[tuple[int, ...]]:
         s = self.shapes.get(tensor)
-        return None if s is None else tuple(self.encode_dim(d) for d in s)
+        return None if s is None else tuple(encode(d) for d in s)
+
+
+def encode(d: Dim) -> int:
+    """A dim as the e-graph's i64: a multiple of one base symbol is its code (ops.symbol_code; base symbol k is input
+    dim k - 1); a product of two or more is -1 in the e-graph: its shape rules cannot multiply symbols (`_dim`
+    derives -1 for any arithmetic on one), and a fact they would contradict is a `shape` conflict."""
+    if d is None:
+        return -1
+    if isinstance(d, int):
+        return d
+    if len(d.bases) != 1:
+        return -1
+    return ops.symbol_code(d.bases[0] - 1, d.coef)
+
+
+def decode(code: int) -> Sym:
+    """The Sym that `encode` gave `code` (<= -2)."""
+    base, coef = ops.symbol_parts(code)
+    return Sym(coef, (base + 1,))
 
 
 def tensor_ref(inp: str) -> str:
@@ -511,11 +511,14 @@ def _reshape(a: Analysis, data):
         full = div(prod(s), prod(known)) if s is not None else None
         if a.egraph and data[1] in a.consts and s is not None and not all(isinstance(d, int) for d in s):
             # a typed Reshape in the e-graph (constant target): what the egglog Reshape rules derive (tensat_tf/ops.py,
-            # _reshape_symbol_rules), only a leading symbol over a leading -1 is named; the facts must agree
-            lead = (infer_at[0] == 0 and len(s) >= 1 and isinstance(s[0], Sym) and s[0].is_base
-                    and all(isinstance(d, int) for d in s[1:]) and all(isinstance(k, int) for k in known)
-                    and prod(s[1:]) == prod(known))
-            full = s[0] if lead else None
+            # _reshape_symbol_rules), only a leading symbol over a leading -1 is named, scaled to a whole multiple of
+            # its input dim; the facts must agree
+            lead = (infer_at[0] == 0 and len(s) >= 1 and isinstance(s[0], Sym) and encode(s[0]) <= -2
+                    and all(isinstance(d, int) and d >= 0 for d in s[1:])
+                    and all(isinstance(k, int) and k > 0 for k in known))
+            full = div(mul(s[0], prod(s[1:])), prod(known)) if lead else None
+            if not (isinstance(full, Sym) and encode(full) <= -2):
+                full = None
         target[infer_at[0]] = full
     return {0: _as_dims(target)}, {}
 
@@ -680,4 +683,4 @@ def describe(a: Analysis, tensor: str) -> str:
     return "?" if s is None else "[" + ", ".join("?" if d is None else str(d) for d in s) + "]"
 
 
-__all__ = ["Sym", "Analysis", "infer", "tf_inferred", "mul", "div", "prod", "same", "broadcast", "describe"]
+__all__ = ["Sym", "Analysis", "infer", "encode", "decode", "tf_inferred", "mul", "div", "prod", "same", "broadcast", "describe"]

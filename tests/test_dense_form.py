@@ -58,6 +58,49 @@ def test_projections_become_dense_layers_on_any_batch_and_sequence(projections):
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
 
 
+@pytest.fixture(scope="module")
+def static_sequence(tmp_path_factory):
+    """A ViT-like stack on a dynamic batch and a static sequence of 5: Keras' Dense on [batch, 5, 16] (rows 5 x
+    batch, reshaped back to [-1, 5, C]), then MultiHeadAttention-style projections and a Llama-style FFN, twice."""
+    import keras
+    from tensat_tf.zoo._keras import randomize_weights
+    x = keras.Input((5, 16))
+    h = x
+    for i in range(2):
+        h = keras.layers.Dense(16, name=f"dense{i}")(h)
+        heads = keras.layers.EinsumDense("abc,cde->abde", (5, 2, 8), bias_axes="de", name=f"heads{i}")(h)
+        h = keras.layers.EinsumDense("abcd,cde->abe", (5, 16), bias_axes="e", name=f"merge{i}")(keras.ops.tanh(heads))
+        h = keras.layers.EinsumDense("btd,df->btf", (5, 16), name=f"ffn{i}")(keras.ops.relu(h))
+    model = keras.Model(x, h)
+    randomize_weights(model, 0)
+    return exported_graph(model, str(tmp_path_factory.mktemp("static_sequence") / "m"))
+
+
+def test_a_static_sequence_keeps_the_batch_through_every_block(static_sequence):
+    """The first Dense flattens [batch, 5, 16] to rows of 5 x batch and reshapes back to [-1, 5, 16]: the e-graph
+    holds 5 x batch as a multiple of the batch symbol (tensat_tf/ops.py symbol_code), so the reshape back gives the
+    batch again and the second block's projections are rewritten too (they kept their BatchMatMulV2 when 5 x batch
+    was unknown)."""
+    from tensat_tf import symbolic as S
+    from tensat_tf.egraph import ingest
+    gd, item = static_sequence
+    ing = ingest.ingest(gd, item)
+    b = ing.sizes[item.feeds[0]][0]
+    mm = [n.name for n in gd.node if n.op == "MatMul"]
+    assert mm and all(ing.shapes[f"{m}:0"][0] == S.encode(S.mul(5, b)) for m in mm)
+    last = [n.name for n in gd.node if n.op == "Reshape"][-1]
+    assert ing.shapes[f"{last}:0"][0] == S.encode(b)
+    # on a static sequence Grappler lowers every EinsumDense to a BatchMatMulV2 (and reshapes)
+    assert _ops(gd) == ["BatchMatMulV2"] * 6 + ["MatMul"] * 2
+    out, applied = _optimized(gd, item, ["einsum"])
+    assert _ops(out) == ["MatMul"] * 8
+    for bs in (1, 3, 8):
+        feeds = [np.random.RandomState(bs).standard_normal((bs, 5, 16)).astype("f")]
+        (want,), (got,) = run_graph(gd, item, feeds), run_graph(out, item, feeds)
+        assert got.shape == want.shape == (bs, 5, 16)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
 def test_a_static_shape_reshapes_back_to_a_constant_target():
     """With batch and sequence known the reshape back is an ordinary Reshape (no Shape op), and the flattening
     reshape's -1 is derived (tensat_tf/ops.py _reshape_concrete_rules) so the MatMul is priced at its rows."""

@@ -156,6 +156,21 @@ def test_shape_rules_copy_symbols_and_never_compute_with_them():
 def test_cost_model_evaluates_symbols_at_the_batch_size():
     assert analytic.concrete((-2, -3, 16), 8) == (8, UNKNOWN_DIM, 16)
     assert analytic.concrete((-1, -7, 16), 4) == (4, UNKNOWN_DIM, 16)
+    # where the batch's symbols are known, a code is read as what it is, wherever it stands: 17 x batch, the
+    # sequence first and the batch second
+    b, t = S.Sym(1, (1,)), S.Sym(1, (2,))
+    assert analytic.concrete((S.encode(S.mul(17, b)), 16), 2, batch_bases=frozenset({1})) == (34, 16)
+    assert analytic.concrete((S.encode(t), S.encode(b), 16), 2, batch_bases=frozenset({1})) == (UNKNOWN_DIM, 2, 16)
+
+
+def test_symbol_codes_round_trip_and_refuse_what_they_cannot_hold():
+    from tensat_tf import ops
+    for d in (S.Sym(1, (1,)), S.Sym(17, (1,)), S.Sym(3136, (4,)), S.Sym(ops.MAX_SYMBOL_COEF, (2,))):
+        assert S.encode(d) <= -2 and S.decode(S.encode(d)) == d
+    assert len({S.encode(S.Sym(c, (k,))) for c in (1, 2, 17) for k in (1, 2, 3)}) == 9
+    assert S.encode(S.Sym(ops.MAX_SYMBOL_COEF + 1, (1,))) == -1          # past the coefficient bound
+    assert S.encode(S.mul(S.Sym(1, (1,)), S.Sym(1, (2,)))) == -1         # a product of two symbols
+    assert S.encode(None) == -1 and S.encode(7) == 7
 
 
 # ------------------------------------------------------------------ the fold pass
@@ -218,9 +233,11 @@ def test_egglog_shape_rules_agree_with_the_symbolic_facts():
         y = tf.nn.relu(tf.nn.conv2d(tf.pad(img, [[0, 0], [1, 1], [1, 1], [0, 0]]), w, 1, "VALID"))
         y = tf.nn.max_pool2d(y, 2, 2, "VALID")                      # [b, 5, 5, 16]
         flat = tf.matmul(tf.reshape(y, [-1, 400]), m)               # the -1 is b: named
-        odd = tf.reshape(y, [-1, 8])                                # 50 b: not a dim we name
+        rows = tf.reshape(y, [-1, 8]) * 2.0                         # 50 b: a multiple of b, named
+        back = tf.reshape(rows, [-1, 5, 5, 16])                     # 50 b x 8 / 400: b again
+        half = tf.reshape(y, [-1, 800])                             # b / 2: no whole multiple, unknown
         heads = tf.transpose(tf.reshape(seq, [-1, 4, 2]), [1, 0, 2])   # [b*t, 4, 2] of a [b, t, 8]
-        return flat + 1.0, odd * 2.0, heads, tf.concat([flat, flat], 1)
+        return flat + 1.0, back, half, heads, tf.concat([flat, flat], 1)
 
     gd, item = frozen(net, tf.TensorSpec([None, 10, 10, 3], tf.float32, name="img"),
                       tf.TensorSpec([None, None, 8], tf.float32, name="seq"))
@@ -242,7 +259,11 @@ def test_egglog_shape_rules_agree_with_the_symbolic_facts():
         symbolic_facts += any(d <= -2 for d in fact)
     assert checked >= 8 and symbolic_facts >= 6
     flat = [n.name for n in gd.node if n.op == "Reshape" and ing.shapes[n.name + ":0"][1:] == (400,)]
-    assert flat and ing.shapes[flat[0] + ":0"][0] == ing.shapes["img:0"][0] <= -2
+    b = ing.shapes["img:0"][0]
+    assert flat and ing.shapes[flat[0] + ":0"][0] == b <= -2
+    by_tail = {ing.shapes[n.name + ":0"][1:]: ing.shapes[n.name + ":0"][0] for n in gd.node if n.op == "Reshape"}
+    assert by_tail[(8,)] == S.encode(S.mul(50, S.decode(b))) <= -2       # 50 b, its own code
+    assert by_tail[(5, 5, 16)] == b and by_tail[(800,)] == -1
 
 
 def test_one_symbol_target_needs_no_shape_and_two_share_one():

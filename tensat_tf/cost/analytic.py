@@ -27,7 +27,7 @@ import functools
 import math
 from typing import Optional, Sequence
 
-from tensat_tf import einsum, ops, terms
+from tensat_tf import einsum, ops, symbolic, terms
 from tensat_tf.cost import fusion, sizes
 # the devices are declared in cost/devices.py; these names stay reachable as analytic.CPU etc.
 from tensat_tf.cost.devices import (AUTO, CPU, CPU_EIGEN, DEVICES, GPU, GPU_H100, GPU_T4, Device,  # noqa: F401
@@ -46,15 +46,18 @@ DTYPE_BYTES = 4
 # ---------------------------------------------------------------------------------------------- shapes
 def concrete(shape: Optional[Sequence[int]], batch_size: int, size: Optional[Sequence] = None,
              batch_bases: frozenset = frozenset(), unknown_dim: int = UNKNOWN_DIM) -> Optional[Shape]:
-    """Unknown dims resolved: from `size` (the class's symbolic dims, cost/sizes.py) where it knows them, else
+    """Unknown dims resolved: from `size` (the class's symbolic dims, cost/sizes.py) where it knows them, a symbol
+    (<= -2) from its code where the batch's symbols are known (a multiple of the batch or of another input dim), else
     dimension 0 -> batch_size, any other -> unknown_dim (see the module docstring)."""
     if shape is None:
         return None
     if size is not None and len(size) == len(shape):
         known = [sizes.evaluate(z, batch_size, batch_bases, unknown_dim) for z in size]
-        return tuple(d if d >= 0 else (known[i] if known[i] is not None else batch_size if i == 0 else unknown_dim)
-                     for i, d in enumerate(shape))
-    return tuple(d if d >= 0 else (batch_size if i == 0 else unknown_dim) for i, d in enumerate(shape))
+    else:
+        known = [sizes.evaluate(symbolic.decode(d), batch_size, batch_bases, unknown_dim) if d <= -2 and batch_bases
+                 else None for d in shape]
+    return tuple(d if d >= 0 else (known[i] if known[i] is not None else batch_size if i == 0 else unknown_dim)
+                 for i, d in enumerate(shape))
 
 
 def numel(shape: Sequence[int]) -> int:

@@ -1,10 +1,11 @@
 """Sizes of the e-classes whose shape analysis says -1, for pricing.
 
-The e-graph's shapes cannot hold a product of symbols (tensat_tf/symbolic.py encode_dim): the rows of Keras' Dense on
-a rank-3 or rank-4 input, flattened to [-1, C] before its MatMul, are batch x sequence or batch x H x W, and priced as
-one row (analytic.concrete's fallback for an unknown dim 0) ConvNeXt-Tiny's 37 MatMuls came to 1.2 ms of a 2.9 ms
-prediction against 13.4 of 19.6 ms measured, so rewrites of the elementwise ops around them looked 4x more valuable
-than they were. Ingest knows these dims as monomials of the graph inputs' symbols (Ingested.sizes); here they go onto
+The e-graph's shapes cannot hold a product of two symbols (tensat_tf/symbolic.py encode): the rows of Keras' Dense on
+a [batch, seq, C] input with both dims dynamic, flattened to [-1, C] before its MatMul, are batch x sequence. Priced
+as one row (analytic.concrete's fallback for an unknown dim 0), ConvNeXt-Tiny's 37 MatMuls (whose batch x H x W rows
+had no code either before a multiple of one symbol had one) came to 1.2 ms of a 2.9 ms prediction against 13.4 of
+19.6 ms measured, so rewrites of the elementwise ops around them looked 4x more valuable than they were.
+Ingest knows these dims as monomials of the graph inputs' symbols (Ingested.sizes); here they go onto
 the classes of the ingested tensors, and on through the new classes that rewrites make (same-shape ops, MatMul, a
 Reshape with a -1), so the cost model can evaluate them at a batch size (analytic.concrete).
 """
@@ -71,21 +72,17 @@ def attach(exp: Exported, sizes: dict, output_lets: dict, batch_bases: frozenset
     dims; Ingested.sizes, .output_lets), completed through the nodes of classes ingest did not make, and
     exp.batch_bases (the base symbols that are a graph input's dim 0)."""
     out: dict[int, tuple] = {}
-    codes: dict[int, symbolic.Sym] = {}     # the e-graph's symbol (a dim <= -2) -> its Sym, read off ingested tensors
     for tensor, let in output_lets.items():
         c, dims = exp.lets.get(let), sizes.get(tensor)
         if c is not None and dims is not None and any(not isinstance(d, int) for d in dims):
             out.setdefault(c, tuple(dims))
-            shape = exp.shapes.get(c)
-            if shape is not None and len(shape) == len(dims):
-                codes.update((e, d) for e, d in zip(shape, dims) if e <= -2 and isinstance(d, symbolic.Sym))
     g = exp.egraph
     for _ in range(4):                      # a few rounds reach chains of new classes; the rest keep the fallback
         grew = False
         for n in g.nodes:
             if n.eclass in out or n.eclass not in exp.shapes or -1 not in exp.shapes[n.eclass]:
                 continue
-            dims = _derived(n, exp, out, codes)
+            dims = _derived(n, exp, out)
             if dims is not None and len(dims) == len(exp.shapes[n.eclass]):
                 out[n.eclass] = dims
                 grew = True
@@ -94,8 +91,8 @@ def attach(exp: Exported, sizes: dict, output_lets: dict, batch_bases: frozenset
     exp.sizes, exp.batch_bases = out, frozenset(batch_bases)
 
 
-def _derived(n, exp: Exported, known: dict, codes: dict) -> Optional[tuple]:
-    kids = [known.get(c, _decoded(exp.shapes.get(c), codes)) for c in n.children]
+def _derived(n, exp: Exported, known: dict) -> Optional[tuple]:
+    kids = [known.get(c, _decoded(exp.shapes.get(c))) for c in n.children]
     rank = len(exp.shapes[n.eclass])
     if n.op in SAME_AS_FIRST and kids and kids[0] is not None:
         return kids[0]
@@ -120,12 +117,12 @@ def _derived(n, exp: Exported, known: dict, codes: dict) -> Optional[tuple]:
     return None
 
 
-def _decoded(shape, codes: dict) -> Optional[tuple]:
+def _decoded(shape) -> Optional[tuple]:
     """A class's shape with its symbols as Syms (a new class of symbolic shape, e.g. a rewritten GELU's product on
     [batch, seq, C], that a Reshape with a -1 then flattens), or None when a dim is unknown."""
-    if shape is None or any(d == -1 or (d <= -2 and d not in codes) for d in shape):
+    if shape is None or -1 in shape:
         return None
-    return tuple(codes[d] if d <= -2 else d for d in shape)
+    return tuple(symbolic.decode(d) if d <= -2 else d for d in shape)
 
 
 def evaluate(dim, batch_size: int, batch_bases: frozenset, unknown_dim: int = UNKNOWN_DIM) -> Optional[int]:

@@ -21,7 +21,7 @@ import networkx as nx
 import numpy as np
 import tensorflow as tf
 
-from tensat_tf import ops, shape_values
+from tensat_tf import ops, shape_values, symbolic
 from tensat_tf.egraph import nodedef
 from tensat_tf.egraph.data import EGraphData
 from tensat_tf.extract.dag import reachable_classes
@@ -325,9 +325,9 @@ class Emitter:
             inputs = {n.name: tf.as_dtype(n.attr["dtype"].type) for n in self.ing.inputs.values()}
             self.shape_values = shape_values.Builder(self.ing.graph_def, self.ing.symbols, inputs, reuse=False)
         b = self.shape_values
-        elems = [self.ing.symbols.decode_dim(d) if d <= -2 else d for d in dims]
+        elems = [symbolic.decode(d) if d <= -2 else d for d in dims]
         before = len(b.new)
-        name = b.target(elems, tf.int32)
+        name = b.target(elems, tf.int32, scaled=True)
         if name is None:
             raise ValueError(f"no run-time target for a reshape to {list(dims)}")
         for node in b.new[before:]:

@@ -65,7 +65,7 @@ class Ingested:
     # hold), and the base symbols that are a graph input's dim 0: what the cost model prices (cost/sizes.py)
     sizes: dict = _empty(dict)
     batch_bases: frozenset = frozenset()
-    # the analysis whose codes the e-graph's symbols are (ReshapeS's emitter reads a symbol's graph input from it)
+    # the e-graph mode analysis of the symbols (ReshapeS's emitter reads a symbol's graph input from its base_origin)
     symbols: Optional[symbolic.Analysis] = None
 
     @property
