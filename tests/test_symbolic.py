@@ -289,6 +289,32 @@ def test_one_symbol_target_needs_no_shape_and_two_share_one():
     np.testing.assert_array_equal(run_graph(gd, item, x)[0].numpy(), run_graph(out, item, x)[0].numpy())
 
 
+def test_the_emitters_target_computes_multiples_of_a_symbol():
+    """shape_values.Builder.target for a rule's reshape (scaled=True): with more than one dim that is not a size or
+    a symbol, the first is -1 and the others, multiples of one symbol, are computed from Shape(input); without
+    `scaled` (the shapes pass) the target is refused as before."""
+    from tensat_tf import shape_values
+    g = tf.Graph()
+    with g.as_default():
+        tf.compat.v1.placeholder(tf.float32, [None, None, 4], name="x")
+    gd = g.as_graph_def()
+    a = S.infer(gd)
+    b, t = a.shapes["x:0"][:2]
+    dims = [S.mul(b, t), S.mul(3, t), 4]                   # rows b x t (no code), 3 t, 4
+    assert shape_values.Builder(gd, a, {"x": tf.float32}).target(dims, tf.int32) is None
+    builder = shape_values.Builder(gd, a, {"x": tf.float32}, reuse=False)
+    name = builder.target(dims, tf.int32, scaled=True)
+    assert name is not None and Counter(n.op for n in builder.new)["Mul"] == 1
+    out = tf.compat.v1.GraphDef()
+    out.node.extend(list(gd.node) + builder.new)
+    g2 = tf.Graph()
+    with g2.as_default():
+        tf.graph_util.import_graph_def(out, name="")
+    with tf.compat.v1.Session(graph=g2) as sess:
+        got = sess.run(f"{name}:0", {"x:0": np.zeros((2, 5, 4), np.float32)})
+    assert list(got) == [-1, 15, 4]
+
+
 def test_tf_inferred_is_the_same_with_weights_left_out():
     """tf_inferred imports the graph with its large float constants as Placeholders of the same shape: the shapes
     and dtypes must be what importing the real graph gives (a Reshape whose target is computed from a constant's
