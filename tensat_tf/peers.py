@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import sys
 from typing import Optional, Sequence
 
@@ -167,6 +168,22 @@ def measure(tf_paths: Sequence[str], signature: str, batch_size: int = 1, onnx: 
             subject["ms"] = round(float(np.median(subject["block_ms"])), 5)
     first["blocks"] = min(first["blocks"], second["blocks"])
     return first
+
+
+def pooled(rounds: list) -> dict:
+    """`measure` results of the same subjects, one per round of fresh workers, as one: every subject's blocks
+    concatenated in round order (block i of a round is paired across subjects, so the pooled blocks stay paired), its
+    ms their median; a subject that failed in any round keeps that round's error. The same numbers from one round."""
+    out = dict(rounds[0], subjects=[dict(s) for s in rounds[0]["subjects"]], blocks=sum(r["blocks"] for r in rounds))
+    for k, subject in enumerate(out["subjects"]):
+        errors = [r["subjects"][k]["error"] for r in rounds if "error" in r["subjects"][k]]
+        if errors:
+            subject.pop("block_ms", None), subject.pop("ms", None)
+            subject["error"] = errors[0]
+            continue
+        subject["block_ms"] = [x for r in rounds for x in r["subjects"][k]["block_ms"]]
+        subject["ms"] = round(float(statistics.median(subject["block_ms"])), 5)
+    return out
 
 
 if __name__ == "__main__":

@@ -217,3 +217,18 @@ def test_openvino_runs_the_original_in_f32(zoo_cache):
     (got,) = peers._openvino_call(peers.compile_openvino(src), {"image": x})().values()
     # bf16 (OpenVINO's default on CPUs with bf16 units) differs by ~1e-1 here
     assert np.abs(got - ref).max() <= 1e-4 * np.abs(ref).max()
+
+
+def test_bench_pools_rounds_of_workers_block_by_block():
+    """tools/bench.py --rounds (peers.pooled): each subject's blocks from every round, in round order (still paired
+    across subjects), its ms their median; a subject that failed in one round keeps the error."""
+    from tensat_tf import peers
+    one = {"runs": 5, "blocks": 2, "subjects": [{"runtime": "tf", "block_ms": [1.0, 2.0], "ms": 1.5},
+                                                 {"runtime": "tf", "block_ms": [3.0, 4.0], "ms": 3.5}]}
+    two = {"runs": 7, "blocks": 3, "subjects": [{"runtime": "tf", "block_ms": [5.0, 6.0, 7.0], "ms": 6.0},
+                                                 {"runtime": "tf", "error": "no"}]}
+    m = peers.pooled([one, two])
+    assert m["blocks"] == 5 and m["runs"] == 5
+    assert m["subjects"][0]["block_ms"] == [1.0, 2.0, 5.0, 6.0, 7.0] and m["subjects"][0]["ms"] == 5.0
+    assert m["subjects"][1] == {"runtime": "tf", "error": "no"}
+    assert peers.pooled([one]) == one and one["subjects"][0]["block_ms"] == [1.0, 2.0]

@@ -16,7 +16,9 @@ Per model:
     the original and ours converted by tf2onnx under ONNX Runtime (ORT_ENABLE_ALL); (--openvino) the original and ours
     under OpenVINO (convert_model of the SavedModel, f32, one thread; serving_default only, which is all OpenVINO
     reads). Every speedup is a ratio original / candidate from paired blocks: the median of the per-block ratios and
-    its interval (tensat_tf/speedup.py's compare()), never the ratio of two separately taken minima;
+    its interval (tensat_tf/speedup.py's compare()), never the ratio of two separately taken minima. --rounds=N
+    repeats the timing with N fresh pairs of workers and pools their blocks: the same graphs measured 1.10x in one
+    run and 1.06x in the next (real_mobilenet, BENCHMARKS.md), each interval within its own processes;
   - (--xla) original / no-rules / optimized under XLA jit (tensat_tf/latency.py's worker), compile time apart.
 Writes a markdown table (stdout and --markdown) and the raw numbers (--out_json).
 OpenVINO is optional (`pip install -e ".[bench]"`); without it its columns say so and the rest runs.
@@ -54,6 +56,8 @@ flags.DEFINE_list("models", None, "Zoo models (default: the whole suite, or the 
 flags.DEFINE_bool("quick", False, f"Only {', '.join(QUICK)} (--suite=real: {', '.join(QUICK_REAL)}).")
 flags.DEFINE_bool("openvino", True, "Also time the original and ours under OpenVINO (serving_default only).")
 flags.DEFINE_integer("blocks", 12, "Timing blocks per batch size (paired: every subject runs in every block).")
+flags.DEFINE_integer("rounds", 1, "Timing rounds per batch size, each a fresh pair of workers (both load orders); "
+                     "their blocks are pooled, so the intervals cover what differs between processes too.")
 flags.DEFINE_bool("convert_profile", True, "Convert with --profile (what a user gets: a signature not faster keeps "
                   "its original graph); --noconvert_profile times the optimized graph as extracted.")
 flags.DEFINE_list("batch_sizes", ["1", "4"], "Batch sizes for unknown leading dimensions (batch 1 and a serving "
@@ -136,15 +140,16 @@ def _time_peers(src, plain, out, sig_name, batch, onnx, openvino, entry, unknown
     """One worker: TF original / no-rules / optimized, ORT original / ours, OpenVINO original / ours, same blocks."""
     from tensat_tf import peers
     try:
-        m = peers.measure([src, plain, out], sig_name, batch, onnx=[onnx[k] for k in ("original", "ours") if k in onnx],
-                          openvino=openvino, blocks=FLAGS.blocks, unknown_dim=unknown_dim)
+        m = peers.pooled([peers.measure([src, plain, out], sig_name, batch,
+                                  onnx=[onnx[k] for k in ("original", "ours") if k in onnx], openvino=openvino,
+                                  blocks=FLAGS.blocks, unknown_dim=unknown_dim) for _ in range(FLAGS.rounds)])
     except peers.PeerError as e:
         return {"error": str(e)}
     subj = m["subjects"]
     tf_, rest = subj[:3], subj[3:]
     ort = {k: rest.pop(0) for k in ("original", "ours") if k in onnx}
     ov = dict(zip(("original", "ours"), rest))
-    r = {"runs": m["runs"], "blocks": m["blocks"], "subjects": subj,
+    r = {"runs": m["runs"], "blocks": m["blocks"], "rounds": FLAGS.rounds, "subjects": subj,
          "tf_ms": [x["ms"] for x in tf_],
          "no_rules": ratio(tf_[0]["block_ms"], tf_[1]["block_ms"]),
          "optimized": ratio(tf_[0]["block_ms"], tf_[2]["block_ms"]),
@@ -178,6 +183,12 @@ def _iv(d) -> str:
     return f"{d['ratio']:.3f}x [{d['low']:.2f}, {high}]"
 
 
+def _rounds_note(rows: list) -> str:
+    n = max((r.get("rounds", 1) for row in rows for e in row["signatures"].values()
+             for r in e["latency"].values()), default=1)
+    return f" Blocks pooled over {n} rounds of fresh workers." if n > 1 else ""
+
+
 def markdown(rows: list, command: str) -> str:
     if any("tf" in r for row in rows for e in row["signatures"].values() for r in e["latency"].values()):
         return _markdown_v1(rows, command)      # a --from_json file written before the side-by-side worker
@@ -186,7 +197,7 @@ def markdown(rows: list, command: str) -> str:
         f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores, one intra-op and one "
         f"inter-op thread; TF {_tf_version()}. Every speedup is original / candidate: the median of per-block "
         "ratios from paired blocks (all subjects of a row run in the same blocks) and its 95 % interval "
-        "(tensat_tf/speedup.py); ms are medians of block medians.",
+        "(tensat_tf/speedup.py); ms are medians of block medians." + _rounds_note(rows),
         "",
         "| model | batch | TF orig ms | TF no-rules (speedup) | TF optimized (speedup) | ORT orig ms "
         "| ORT ours ms (speedup) | OV orig ms | OV ours ms (speedup) | XLA no-rules / optimized | optimizer s "
