@@ -288,7 +288,11 @@ def _reshape_symbol_rules() -> tuple[str, ...]:
         for q in range(1, 7):
             head = (f"{base} (= (vec-length sx) {r}) (= (vec-length s) {q}) (= (vec-get s 0) -1) "
                     f"(<= (vec-get sx 0) -2)" + "".join(f" (>= (vec-get sx {i}) 0)" for i in range(1, r)))
-            rules.append(_rule(head, *(f"(> (vec-get s {j}) 0)" for j in range(1, q)), shape=(
+            # the product coef * d1*.. evaluated in the query: where it would overflow an i64 the rule does not
+            # match (a failed primitive in a query is no match; in an action it is a panic), and every number the
+            # action computes is at most that product
+            scaled = f"(* (+ (/ (- -2 (vec-get sx 0)) {SYMBOL_STRIDE}) 1) {_prod('sx', 1, r)})"
+            rules.append(_rule(head, *(f"(> (vec-get s {j}) 0)" for j in range(1, q)), f"(>= {scaled} 0)", shape=(
                 f"(vec-set s 0 {_scaled_symbol('(vec-get sx 0)', _prod('sx', 1, r), _prod('s', 1, q))})")))
             for j in range(1, q):      # a zero (or a second -1, which TF refuses) in the target: -1 stays
                 rules.append(_rule(head, f"(<= (vec-get s {j}) 0)", shape="s"))

@@ -153,6 +153,29 @@ def test_shape_rules_copy_symbols_and_never_compute_with_them():
     eg.run_program(*eg.parse_program(prog))
 
 
+def test_a_reshape_scales_a_leading_symbol_exactly_and_never_overflows():
+    """The Reshape rule for a leading -1 over a leading symbol (tensat_tf/ops.py _reshape_symbol_rules): 17 x the
+    batch and back, -1 where the quotient is not a whole multiple, and no shape (not a panic) where the product
+    would overflow an i64."""
+    b = S.Sym(1, (1,))
+    rows, half = S.encode(S.mul(17, b)), S.encode(b)
+    eg = language.new_egraph()
+    prog = f"""
+    (let $x_ (Input "x")) (set (shape $x_) (vec-of {half} 17 64))
+    (let $r_ (Reshape (vec-of -1 64) $x_))
+    (let $b_ (Reshape (vec-of -1 17 64) $r_))
+    (let $h_ (Reshape (vec-of -1 2176) $x_))
+    (let $big_ (Input "big")) (set (shape $big_) (vec-of {rows} 46116860184273879 64))
+    (let $o_ (Reshape (vec-of -1 64) $big_))
+    (run-schedule (saturate (run shapes)))
+    (check (= (shape $r_) (vec-of {rows} 64)))
+    (check (= (shape $b_) (vec-of {half} 17 64)))
+    (check (= (shape $h_) (vec-of -1 2176)))
+    (fail (check (shape $o_)))
+    """
+    eg.run_program(*eg.parse_program(prog))
+
+
 def test_cost_model_evaluates_symbols_at_the_batch_size():
     assert analytic.concrete((-2, -3, 16), 8) == (8, UNKNOWN_DIM, 16)
     assert analytic.concrete((-1, -7, 16), 4) == (4, UNKNOWN_DIM, 16)
