@@ -262,11 +262,11 @@ def _reshape_concrete_rules() -> tuple[str, ...]:
     return tuple(rules)
 
 
-def _scaled_symbol(code: str, num: str, den: str) -> str:
-    """egglog: the code of symbol `code` times num / den (den > 0) where that is a whole positive multiple of its
-    input dim, else -1 (the arithmetic of symbol_code / symbol_parts; no branching in egglog expressions)."""
+def _scaled_symbol(code: str, scaled: str, den: str) -> str:
+    """egglog: the code of symbol `code` times num / den, given scaled = coef * num (den > 0), where that is a whole
+    positive multiple of its input dim, else -1 (the arithmetic of symbol_code / symbol_parts; no branching in egglog
+    expressions)."""
     n = f"(- -2 {code})"
-    scaled = f"(* (+ (/ {n} {SYMBOL_STRIDE}) 1) {num})"          # coef * num
     quotient = f"(/ {scaled} {den})"
     # ok = 1 when den divides coef * num and the quotient is a coefficient (1 .. MAX_SYMBOL_COEF), else 0
     ok = (f"(min (min (- 1 (min (% {scaled} {den}) 1)) (max (min {quotient} 1) 0)) "
@@ -288,12 +288,12 @@ def _reshape_symbol_rules() -> tuple[str, ...]:
         for q in range(1, 7):
             head = (f"{base} (= (vec-length sx) {r}) (= (vec-length s) {q}) (= (vec-get s 0) -1) "
                     f"(<= (vec-get sx 0) -2)" + "".join(f" (>= (vec-get sx {i}) 0)" for i in range(1, r)))
-            # the product coef * d1*.. evaluated in the query: where it would overflow an i64 the rule does not
-            # match (a failed primitive in a query is no match; in an action it is a panic), and every number the
-            # action computes is at most that product
+            # the product coef * d1*.. bound in the query: where it would overflow an i64 the rule does not match
+            # (a failed primitive in a query is no match; in an action it is a panic), and every number the action
+            # computes is at most that product
             scaled = f"(* (+ (/ (- -2 (vec-get sx 0)) {SYMBOL_STRIDE}) 1) {_prod('sx', 1, r)})"
-            rules.append(_rule(head, *(f"(> (vec-get s {j}) 0)" for j in range(1, q)), f"(>= {scaled} 0)", shape=(
-                f"(vec-set s 0 {_scaled_symbol('(vec-get sx 0)', _prod('sx', 1, r), _prod('s', 1, q))})")))
+            rules.append(_rule(head, *(f"(> (vec-get s {j}) 0)" for j in range(1, q)), f"(= scaled_ {scaled})",
+                               shape=f"(vec-set s 0 {_scaled_symbol('(vec-get sx 0)', 'scaled_', _prod('s', 1, q))})"))
             for j in range(1, q):      # a zero (or a second -1, which TF refuses) in the target: -1 stays
                 rules.append(_rule(head, f"(<= (vec-get s {j}) 0)", shape="s"))
     for k in range(1, 7):      # a symbol past the first dim
