@@ -160,12 +160,9 @@ class Builder:
         if len(loose) > 1:
             if not scaled or not all(self._materializable(dims[i], scaled=True) for i in loose[1:]):
                 return None
-            if any(isinstance(d, int) and d == 0 for d in dims):
-                return None
-            return self.value([-1 if i == loose[0] else d for i, d in enumerate(dims)], dtype, scalar=False,
-                              scaled=True)
-        if not loose and sum(not isinstance(d, int) for d in dims) == 1:
+            loose = loose[:1]                # the others are computed by value(scaled=True)
+        elif not loose and sum(not isinstance(d, int) for d in dims) == 1:
             loose = [i for i, d in enumerate(dims) if not isinstance(d, int)]   # one symbol: -1, no Shape needed
         if loose and any(isinstance(d, int) and d == 0 for d in dims):
             return None                      # TF cannot infer -1 for an empty tensor: leave the original target
-        return self.value([-1 if i in loose else d for i, d in enumerate(dims)], dtype, scalar=False)
+        return self.value([-1 if i in loose else d for i, d in enumerate(dims)], dtype, scalar=False, scaled=scaled)
