@@ -37,6 +37,12 @@ Every tensor variable of a left side must have a known rank (a shape in the anal
 Dims compared with = or != may be symbols (equal symbols are equal dims); a dim used as a number (arithmetic,
 ordering, a right-side literal) gets an automatic `(>= dim 0)` guard from the compiler (rules/compile.py).
 
+Scheduling: `:schedule eager` (default `step`) runs a single rule to a fixpoint, with the shape analysis, after every
+iteration of the others instead of once per iteration: for rules that only move an op past another and never grow
+the graph by more than the terms they rewrite (rules/squeeze.rules), whose chains would otherwise take one iteration
+per op moved before the rewrite they expose pays (tensat_tf/egraph/saturate.py stops on the first iteration that does
+not pay).
+
 Tests: `:test BINDING` (repeatable) gives shapes for which the rule must fire; `:reject BINDING` shapes (or weight
 flags) for which it must not. A binding is a list of `(?x d0 d1 ...)` (an input tensor), `(?x :weight d0 ...)`
 (a weight), `(?x :lit VALUE)` (a literal variable) or `(?x :value (vec-of 2 4 3))` (an int32 input vector with
@@ -56,6 +62,9 @@ Sexp = Union[str, int, list]          # symbols and strings are str (strings kee
 
 class RuleSyntaxError(ValueError):
     pass
+
+
+SCHEDULES = ("step", "eager")
 
 
 _TOKEN = re.compile(r'\s*(?:(;[^\n]*)|(\()|(\))|("(?:[^"\\]|\\.)*")|([^\s()";]+))')
@@ -170,6 +179,7 @@ class Rule:
     rejects: tuple = ()     # Binding
     doc: str = ""
     origin: str = ""        # file:entry for messages
+    eager: bool = False     # `:schedule eager`: run to a fixpoint after every iteration (egraph/saturate.py)
 
     @property
     def multi(self) -> bool:
@@ -188,14 +198,18 @@ class Excluded:
 
 
 def _options(items: list, origin: str) -> dict:
-    opts: dict = {"tests": [], "rejects": [], "guards": [], "doc": ""}
+    opts: dict = {"tests": [], "rejects": [], "guards": [], "doc": "", "eager": False}
     i = 0
     while i < len(items):
         key = items[i]
-        if key not in (":when", ":test", ":reject", ":doc") or i + 1 >= len(items):
+        if key not in (":when", ":test", ":reject", ":doc", ":schedule") or i + 1 >= len(items):
             raise RuleSyntaxError(f"{origin}: unexpected {to_text(key)}")
         val = items[i + 1]
-        if key == ":when":
+        if key == ":schedule":
+            if val not in SCHEDULES:
+                raise RuleSyntaxError(f"{origin}: :schedule takes one of {', '.join(SCHEDULES)}")
+            opts["eager"] = val == "eager"
+        elif key == ":when":
             if not isinstance(val, list):
                 raise RuleSyntaxError(f"{origin}: :when takes a list of conditions")
             opts["guards"].extend(val)
@@ -229,7 +243,7 @@ def parse_file(text: str, origin: str) -> tuple[str, list, list]:
                 raise RuleSyntaxError(f"{where}: (rule NAME LHS => RHS options...)")
             o = _options(e[5:], where)
             rules.append(Rule(e[1], family, (e[2],), (e[4],), tuple(o["guards"]), tuple(o["tests"]),
-                              tuple(o["rejects"]), o["doc"], where))
+                              tuple(o["rejects"]), o["doc"], where, o["eager"]))
         else:
             pairs, k = [], 2
             while k < len(e) and isinstance(e[k], list):
@@ -241,6 +255,8 @@ def parse_file(text: str, origin: str) -> tuple[str, list, list]:
             if len(pairs) < 2:
                 raise RuleSyntaxError(f"{where}: a multi rule needs at least two (LHS => RHS) pairs")
             o = _options(e[k:], where)
+            if o["eager"]:
+                raise RuleSyntaxError(f"{where}: a multi rule cannot be eager (its matches grow as a product)")
             rules.append(Rule(e[1], family, tuple(p[0] for p in pairs), tuple(p[1] for p in pairs),
                               tuple(o["guards"]), tuple(o["tests"]), tuple(o["rejects"]), o["doc"], where))
     return family, rules, excluded

@@ -242,6 +242,30 @@ def _pad_rules() -> tuple[str, ...]:
     return tuple(rules)
 
 
+def _squeeze_rules() -> tuple[str, ...]:
+    """Squeeze of one axis (TF's range [-rank, rank)): the input's shape without that dim (the Keras Conv1D's
+    Squeeze of its Conv2D's height 1, as tensat_tf/symbolic.py derives it at ingest)."""
+    rules = []
+    for r in range(1, 7):
+        for a in range(-r, r):
+            rules.append(_rule("(= t (Squeeze d x)) (= sx (shape x))", f"(= d (vec-of {a}))",
+                               f"(= (vec-length sx) {r})", shape=f"(vec-remove sx {a % r})"))
+    return tuple(rules)
+
+
+def _expand_dims_rules() -> tuple[str, ...]:
+    """ExpandDims at one axis (TF's range [-rank - 1, rank]): a 1 inserted there."""
+    rules = []
+    for r in range(0, 6):
+        for a in range(-r - 1, r + 1):
+            i = a + r + 1 if a < 0 else a
+            dims = " ".join([f"(vec-get sx {k})" for k in range(i)] + ["1"]
+                            + [f"(vec-get sx {k})" for k in range(i, r)])
+            rules.append(_rule(f"(= t (ExpandDims {a} x)) (= sx (shape x))", f"(= (vec-length sx) {r})",
+                               shape=f"(vec-of {dims})"))
+    return tuple(rules)
+
+
 def _prod(v: str, lo: int, hi: int) -> str:
     if lo >= hi:
         return "1"
@@ -430,6 +454,13 @@ _SPECS = [
            accepts=_SAME_OR_VALID, shape_rules=_pool_rules("MaxPool")),
     OpSpec("AvgPool", "AvgPool", (Attr("ksize", "ints"), Attr("strides", "ints"), Attr("padding", "str")),
            accepts=_SAME_OR_VALID, shape_rules=_pool_rules("AvgPool")),
+    # Keras' Conv1D (and its 1-D pools) run a Conv2D between ExpandDims and Squeeze of the height axis
+    # (rules/squeeze.rules moves the layer's bias, batch norm and activation inside, where TF fuses them); one axis
+    # each, the only form those write
+    OpSpec("Squeeze", "Squeeze", (Attr("squeeze_dims", "ints", ()),), accepts=lambda lit: len(lit["squeeze_dims"]) == 1,
+           shape_rules=_squeeze_rules()),
+    OpSpec("ExpandDims", "ExpandDims", const_inputs=(ConstInput(1, "dim", "int"),), index_type_attrs=("Tdim",),
+           shape_rules=_expand_dims_rules()),
 ]
 
 # The same TF op with the input that TABLE folds into a literal read as a tensor instead, for a node where that input

@@ -213,3 +213,46 @@ def test_the_work_budget_stops_saturation_at_the_same_iteration_whatever_the_clo
         assert res.stop_reason == StopReason.WORK_LIMIT and len(res.iterations) == 3
         assert res.searched == work and res.to_json()["work_limit"] == work
         assert [i.enodes for i in res.iterations] == starts[1:4]
+
+
+def _relu_chain(n: int = 3):
+    """Relu^n(Squeeze(x, [1])) on x [2, 1, 4, 3]: a chain an eager rule moves the Squeeze up through."""
+    import tensorflow as tf
+    from tensat_tf.item import GrapplerItem
+    g = tf.Graph()
+    with g.as_default():
+        y = tf.squeeze(tf.compat.v1.placeholder(tf.float32, [2, 1, 4, 3], name="x"), [1])
+        for _ in range(n):
+            y = tf.nn.relu(y)
+        tf.identity(y, name="out")
+    ing = ingest.ingest(g.as_graph_def(), GrapplerItem(feeds=["x:0"], fetches=["out:0"]))
+    eg = language.new_egraph()
+    ingest.load(eg, ing)
+    return eg
+
+
+MOVE = ("(rule MOVE (Relu (Squeeze ?d ?y)) => (Squeeze ?d (Relu ?y)){} "
+        ":test ((?d :lit (vec-of 1)) (?y 2 1 4 3)))\n")
+STEP = "(rule NEG2 (Neg (Neg ?x)) => ?x :test ((?x 2 3)))\n"       # never matches here: a step rule to run
+
+
+@pytest.mark.parametrize("step_rules", ["", STEP], ids=["eager alone", "with a step rule"])
+def test_an_eager_rule_reaches_its_fixpoint_in_one_iteration(tmp_path, step_rules):
+    eager = _rules(tmp_path, "(family t)\n" + MOVE.format(" :schedule eager") + step_rules)
+    assert [r.eager for r in eager.rules] == [True] + ([False] if step_rules else [])
+    res = saturate(_relu_chain(), eager, Budget(iterations=10, match_limit=None, **UNSCALED))
+    assert res.iterations[0].matches == {"MOVE": 3}          # all three Relus moved in the first iteration
+    assert res.stop_reason == StopReason.SATURATED and len(res.iterations) == 2
+    stepped = _rules(tmp_path, "(family t)\n" + MOVE.format("") + step_rules)
+    res = saturate(_relu_chain(), stepped, Budget(iterations=10, match_limit=None, **UNSCALED))
+    assert [it.matches.get("MOVE") for it in res.iterations[:3]] == [1, 1, 1]     # one Relu per iteration
+
+
+def test_schedule_syntax(tmp_path):
+    from tensat_tf.rules.syntax import RuleSyntaxError
+    with pytest.raises(RuleSyntaxError, match="schedule takes one of"):
+        _rules(tmp_path, "(family t)\n" + MOVE.format(" :schedule soon"))
+    multi = ("(family t)\n(multi MM ((Relu ?a) => (Relu ?a)) ((Relu ?b) => (Relu ?b)) :schedule eager "
+             ":test ((?a 2) (?b 2)))\n")
+    with pytest.raises(RuleSyntaxError, match="cannot be eager"):
+        _rules(tmp_path, multi)

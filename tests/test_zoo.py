@@ -17,6 +17,7 @@ SIGNATURES = {
     "mlp": {"serving_default", "logits"},
     "keras_cnn": KERAS_SIGNATURES,
     "lstm": KERAS_SIGNATURES,
+    "conv1d_kws": KERAS_SIGNATURES,
     "mobilenet_v2": KERAS_SIGNATURES,
     "resnet50": KERAS_SIGNATURES,
     "inception_v3": KERAS_SIGNATURES,
@@ -40,8 +41,9 @@ def built(tmp_path_factory):
 def random_feeds(fn, batch=3, seed=0):
     r = np.random.RandomState(seed)
     specs = fn.structured_input_signature[1]
-    return {k: tf.constant(r.standard_normal([batch] + s.shape[1:].as_list()).astype(np.float32))
-            for k, s in specs.items()}
+    # a dynamic sequence (conv1d_kws's frames) gets 12 steps
+    return {k: tf.constant(r.standard_normal([batch] + [12 if d is None else d for d in s.shape[1:].as_list()])
+                           .astype(np.float32)) for k, s in specs.items()}
 
 
 def run_all(loaded):

@@ -185,7 +185,7 @@ def flops_and_bytes(term: str, payload, in_shapes: Sequence[Shape], out_shape: O
         if eq is None:
             raise ValueError("einsum equation outside the typed subset")
         return eq.flops(ins), DTYPE_BYTES * (n_in + numel(eq.output_shape(ins)))
-    if getattr(ops.BY_TERM.get(term), "tf_op", None) == "Reshape":     # and its forms ReshapeT, ReshapeS
+    if getattr(ops.BY_TERM.get(term), "tf_op", None) in ("Reshape", "Squeeze", "ExpandDims"):   # and ReshapeT, ReshapeS
         return 0.0, 0.0                       # metadata only: TF forwards the buffer
     if term == "ConcatV2":
         out = numel(out_shape) if out_shape is not None else n_in

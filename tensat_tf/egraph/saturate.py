@@ -45,7 +45,7 @@ import time
 from typing import Optional
 
 from tensat_tf import terms
-from tensat_tf.egraph.session import EgglogError, Session
+from tensat_tf.egraph.session import EgglogError, RunReport, Session
 from tensat_tf.options import Budget
 from tensat_tf.rules import RuleSet, compile_rule, ruleset_name
 
@@ -167,6 +167,10 @@ def _heads(e, out: set) -> set:
 
 
 _ANALYSIS = "shapes"                    # the analysis ruleset (egraph/language.py)
+# Rounds of the eager rules (each followed by the analysis) after an iteration: a bound, not a budget. They stop
+# earlier at their fixpoint; a Keras Conv1D layer's Squeeze moves past at most its bias, batch norm and activation
+# (five ops, seven for a swish), so 32 rounds cover chains far longer than any layer writes.
+EAGER_ROUNDS = 32
 
 
 class _NoCulprit(Exception):
@@ -185,6 +189,8 @@ class Saturator:
         self.counter = 0
         self.loaded: set[str] = set()
         self.heads = {r.name: frozenset(set().union(*(_heads(src, set()) for src in r.sources))) for r in ruleset.rules}
+        self.eager: list[str] = []            # the eager rules that can match now (_eager)
+        self.eager_set = ""                   # ... declared as this combined ruleset
 
     def _load(self, names: list[str]) -> None:
         todo = [n for n in names if n not in self.loaded]
@@ -196,9 +202,28 @@ class Saturator:
         """One iteration of `names` plus the analysis. -> (matches per rule, whether the e-graph changed: new e-nodes
         or unions). Raises EgglogError."""
         self.counter += 1
-        report = self.session.run(self.session.combine(f"iter_{self.counter}_", [ruleset_name(n) for n in names]))
-        self.session.saturate(_ANALYSIS)
+        report = RunReport(False, {})
+        if names:
+            report = self.session.run(self.session.combine(f"iter_{self.counter}_", [ruleset_name(n) for n in names]))
+            self.session.saturate(_ANALYSIS)
+        if self.eager:
+            eager = self.session.schedule(
+                f"(repeat {EAGER_ROUNDS} (seq (run {self.eager_set}) (saturate (run {_ANALYSIS}))))")
+            for n in self.eager:                      # (the analysis' matches are in the schedule's report too)
+                if eager.matches.get(n):
+                    report.matches[n] = report.matches.get(n, 0) + eager.matches[n]
+            report.updated = report.updated or eager.updated
         return report.matches, report.updated
+
+    def _eager(self, present: set) -> None:
+        """Load the eager rules (syntax.py `:schedule eager`) whose left side can match in an e-graph holding the
+        constructors `present`, and declare them as one ruleset when that set grew (right sides only add
+        constructors, so it only grows: its size names it)."""
+        names = [r.name for r in self.rs.rules if r.eager and self.heads[r.name] <= present]
+        if names != self.eager:
+            self._load(names)
+            self.eager_set = self.session.combine(f"eager_{len(names)}_", [ruleset_name(n) for n in names])
+            self.eager = names
 
     def _culprits(self, names: list[str]) -> list[str]:
         """Rules that raise when run alone (each in its own push/pop); none when the analysis raises without any rule
@@ -222,7 +247,7 @@ class Saturator:
         """Iteration k (steps 2-4 of the module docstring): tries `active`, undoing and narrowing it until an attempt
         is within the budgets. -> (matches, updated, function sizes) of the attempt kept, None if every attempt was
         undone. Raises _NoCulprit when egglog raised and no rule is to blame."""
-        while active:
+        while active or self.eager:             # (eager rules alone: one attempt, see the end of the loop)
             failure, over = None, []
             with self.session.push() as frame:
                 try:
@@ -238,6 +263,10 @@ class Saturator:
             if frame.kept:
                 return matches, updated, sizes
             stats.rolled_back += 1
+            if not active:                      # the eager rules alone: nothing to narrow
+                if failure is not None:
+                    raise _NoCulprit(str(failure))
+                return None
             if failure is not None:
                 drop = self._culprits(active)
                 if not drop:
@@ -249,7 +278,8 @@ class Saturator:
                 stats.backed_off.extend(over)
                 backed_off.extend(n for n in over if n not in backed_off)
             else:                               # over the node limit: ban the rule with the most matches
-                drop = [max(sorted(matches), key=lambda n: matches[n]) if matches else active[0]]
+                ran = sorted(n for n in matches if n in active)     # (eager rules are not banned)
+                drop = [max(ran, key=lambda n: matches[n]) if ran else active[0]]
                 banned.extend(drop)
                 stats.banned.extend(drop)
             active = [n for n in active if n not in drop]
@@ -277,8 +307,9 @@ class Saturator:
         for k in range(b.iterations):
             present = {name for name, n in sizes.items() if n > 0}
             runnable = [r.name for r in self.rs.rules if r.name not in banned and (not r.multi or k < b.k_multi)
-                        and self.heads[r.name] <= present]
-            if not runnable:
+                        and self.heads[r.name] <= present and not r.eager]
+            self._eager(present)
+            if not runnable and not self.eager:
                 reason = StopReason.SATURATED if not banned else StopReason.NODE_LIMIT
                 break
             active = [n for n in runnable if not backoff.banned(n, k)]

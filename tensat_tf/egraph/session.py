@@ -171,13 +171,14 @@ class Session:
     def run(self, ruleset: str, iterations: int = 1) -> RunReport:
         """`iterations` iterations of `ruleset`."""
         schedule = f"(run {ruleset})" if iterations == 1 else f"(repeat {int(iterations)} (run {ruleset}))"
-        return self._schedule(schedule)
+        return self.schedule(schedule)
 
     def saturate(self, ruleset: str) -> RunReport:
         """Run `ruleset` until it changes nothing."""
-        return self._schedule(f"(saturate (run {ruleset}))")
+        return self.schedule(f"(saturate (run {ruleset}))")
 
-    def _schedule(self, schedule: str) -> RunReport:
+    def schedule(self, schedule: str) -> RunReport:
+        """Run an egglog schedule (`(seq ...)`, `(repeat n ...)`, ...); -> what changed and the matches per rule."""
         report = RunReport(False, {})
         for o in self.run_program(f"(run-schedule {schedule})"):
             if isinstance(o, bindings.RunScheduleOutput):

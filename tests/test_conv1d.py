@@ -1,0 +1,100 @@
+"""Keras' Conv1D: ExpandDims -> Conv2D -> Squeeze, then the layer's bias, a batch norm and the activation, which TF's
+remapper cannot fuse with the Conv2D across the Squeeze. rules/squeeze.rules moves them inside (eagerly:
+rules/syntax.py `:schedule eager`), F02 folds the batch norm's scale into the filter, and one layer's Squeeze cancels
+the next one's ExpandDims."""
+import numpy as np
+import pytest
+
+from conftest import exported_graph, run_graph
+
+
+
+@pytest.fixture(scope="module")
+def conv1d(tmp_path_factory):
+    """Conv1D (no bias) + BatchNorm + ReLU, Conv1D + BatchNorm + swish, MaxPooling1D, Conv1D + ReLU: dynamic batch
+    and sequence."""
+    import keras
+    from tensat_tf.zoo._keras import randomize_weights
+    layers = keras.layers
+    x = keras.Input((None, 8))
+    y = layers.Conv1D(16, 3, padding="same", use_bias=False)(x)
+    y = layers.ReLU()(layers.BatchNormalization()(y))
+    y = layers.Conv1D(16, 3, padding="same")(y)
+    y = layers.Activation("swish")(layers.BatchNormalization()(y))
+    y = layers.MaxPooling1D(2)(y)
+    y = layers.Conv1D(8, 1, activation="relu")(y)
+    model = keras.Model(x, y)
+    randomize_weights(model, 0)
+    return exported_graph(model, str(tmp_path_factory.mktemp("conv1d") / "m"))
+
+
+def _optimized(gd, item, disable=()):
+    from tensat_tf.options import EngineOptions
+    from tensat_tf.passes.tensat import TensatPass
+    p = TensatPass(EngineOptions(disable_rules=list(disable), unknown_dim=32))
+    return p.optimize(gd, item), p.stats.rules_applied
+
+
+def _reader(gd):
+    """node name -> ops of the nodes that read it."""
+    readers: dict = {}
+    for n in gd.node:
+        for i in n.input:
+            readers.setdefault(i.split(":")[0].lstrip("^"), []).append(n.op)
+    return readers
+
+
+def test_each_conv1d_runs_with_its_bias_and_activation(conv1d):
+    gd, item = conv1d
+    before = _reader(gd)
+    assert sorted(before[n.name][0] for n in gd.node if n.op == "Conv2D") == ["Squeeze"] * 3
+    out, applied = _optimized(gd, item)
+    assert {"F02-conv-mul-fold", "Q12-expand-squeeze-cancel"} <= set(applied), applied
+    readers = _reader(out)
+    convs = [n for n in out.node if n.op == "Conv2D"]
+    assert len(convs) == 3
+    for c in convs:                                  # the conv's own BiasAdd, the one the remapper fuses
+        assert readers[c.name] == ["BiasAdd"], readers[c.name]
+    # the batch norms' scales are in the filters; what Muls are left are the swish's
+    assert [n.op for n in out.node if n.op == "Mul"] == ["Mul"]
+    # the first ExpandDims and the last Squeeze are left; between the layers (and the pool) they cancel
+    ops = [n.op for n in out.node]
+    assert ops.count("ExpandDims") == 1 and ops.count("Squeeze") == 1
+    for b, t in ((1, 2), (2, 5), (3, 32)):
+        feeds = [np.random.RandomState(b * t).standard_normal((b, t, 8)).astype("f")]
+        (want,), (got,) = run_graph(gd, item, feeds), run_graph(out, item, feeds)
+        assert got.shape == want.shape == (b, t // 2, 8)
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_without_the_squeeze_rules_the_epilogues_stay_outside(conv1d):
+    gd, item = conv1d
+    from tensat_tf import rules
+    squeeze_rules = [r.name for r in rules.builtin().rules if r.origin.startswith("squeeze.rules:")]
+    out, applied = _optimized(gd, item, disable=squeeze_rules)
+    assert not any(r.startswith("Q") for r in applied)
+    readers = _reader(out)
+    assert sorted(readers[n.name][0] for n in out.node if n.op == "Conv2D") == ["Squeeze"] * 3
+
+
+def test_squeeze_and_expand_dims_shapes_agree_with_tf():
+    """The e-graph's shape rules (tensat_tf/ops.py) against TF's, for every axis spelling TF accepts on a rank-4
+    input whose batch is a symbol (-2): the symbol is copied wherever its dim lands."""
+    import tensorflow as tf
+    from tensat_tf.egraph import language
+    shape = (2, 1, 5, 1)
+    lets, checks = ['(let $x_ (Input "x")) (set (shape $x_) (vec-of -2 1 5 1))'], []
+
+    def expect(name, term, tf_shape):
+        want = [-2 if d == 2 else d for d in tf_shape]
+        lets.append(f"(let ${name}_ {term})")
+        checks.append(f"(check (= (shape ${name}_) (vec-of {' '.join(map(str, want))})))")
+
+    for a in range(-4, 4):
+        if shape[a] == 1:
+            expect(f"s{a + 4}", f"(Squeeze (vec-of {a}) $x_)", tf.squeeze(tf.zeros(shape), [a]).shape)
+    for a in range(-5, 5):
+        expect(f"e{a + 5}", f"(ExpandDims {a} $x_)", tf.expand_dims(tf.zeros(shape), a).shape)
+    assert len(checks) == 4 + 10
+    eg = language.new_egraph()
+    eg.run_program(*eg.parse_program("\n".join(lets + ["(run-schedule (saturate (run shapes)))"] + checks)))
