@@ -21,6 +21,9 @@ Experiments (each a chain of a few copies of the pattern, so that it outweighs t
   einsum_dense    MultiHeadAttention's projections as EinsumDense writes them (Einsum + bias) or as Dense layers
                   (rules/einsum.rules E11/E12/E14)
   position_gather learned positions: GatherV2 of Range(0, n) behind Keras' negative-index SelectV2, or a Slice
+  conv1d          Keras' Conv1D + batch norm + ReLU: the scale, bias and ReLU after the Squeeze ("keras"), inside it
+                  with the scale in the filter ("inside", rules/squeeze.rules), or every layer in 4-D ("4d": one
+                  layer's Squeeze and the next one's ExpandDims cancelled too)
 
 Each row: reference / candidate, the median of per-block ratios of block medians with its 95 % interval (> 1: the
 candidate is faster; tensat_tf/speedup.py's paired decision, blocks interleaved with the order rotated,
@@ -41,7 +44,7 @@ import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
 
 EXPERIMENTS = ("residual_addn", "layer_norm", "se_fc", "preact_bias", "small_m", "batch_matmul_dense", "einsum_dense",
-               "position_gather")
+               "position_gather", "conv1d")
 flags.DEFINE_list("experiments", list(EXPERIMENTS), f"Any of {', '.join(EXPERIMENTS)}.")
 flags.DEFINE_integer("blocks", 16, "Paired blocks per comparison.")
 flags.DEFINE_integer("runs", 20, "Session.run calls of each form per block (the block's median is compared).")
@@ -321,6 +324,33 @@ def position_gather(tf):
                         outs.append(tf.slice(t, [0, 0], tf.stack([n, -1])))
                 f.forms[form] = tf.math.add_n(outs)
         rows += compare(tf, f"positions of a [{vocab}, {d}] table, 16 tokens", f)
+    return rows
+
+
+def conv1d(tf):
+    rows = []
+    for t, c, k in ((32, 32, 3), (128, 64, 3), (256, 128, 5), (64, 256, 3)):
+        f = Forms(tf, (1, t, c), dynamic=2)
+        with f.graph.as_default():
+            layers = []
+            for _ in range(COPIES):
+                w = (0.1 * f.rng.standard_normal((1, k, c, c))).astype(np.float32)
+                scale = (1 + 0.1 * f.rng.standard_normal((c,))).astype(np.float32)
+                layers.append((f.weight(None, value=w), f.weight(None, value=scale), f.weight((c,)),
+                               f.weight(None, value=w * scale)))
+            for form in ("keras", "inside", "4d"):
+                y = tf.expand_dims(f.x, 1) if form == "4d" else f.x
+                for w, scale, b, folded in layers:
+                    if form == "keras":
+                        z = tf.squeeze(tf.nn.conv2d(tf.expand_dims(y, 1), w, 1, "SAME"), [1])
+                        y = tf.nn.relu(tf.nn.bias_add(z * scale, b))
+                    elif form == "inside":
+                        z = tf.nn.bias_add(tf.nn.conv2d(tf.expand_dims(y, 1), folded, 1, "SAME"), b)
+                        y = tf.squeeze(tf.nn.relu(z), [1])
+                    else:
+                        y = tf.nn.relu(tf.nn.bias_add(tf.nn.conv2d(y, folded, 1, "SAME"), b))
+                f.forms[form] = tf.squeeze(y, [1]) if form == "4d" else y
+        rows += compare(tf, f"Conv1D x {COPIES} [1, {t}, {c}], kernel {k}, + batch norm + ReLU", f)
     return rows
 
 
