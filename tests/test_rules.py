@@ -39,6 +39,9 @@ def test_optional_families_run_only_when_named():
     out = subprocess.run([sys.executable, "-m", "tensat_tf.cli.main", "rules"], capture_output=True, text=True,
                          timeout=300).stdout
     assert "not run unless named: family tensat-assoc (S024, S028" in out and "\nS024 " not in out
+    # and which rules are eager (rules/syntax.py `:schedule eager`)
+    assert next(ln for ln in out.splitlines() if ln.startswith("Q01-")).split()[2:4] == ["single", "eager"]
+    assert next(ln for ln in out.splitlines() if ln.startswith("F02-")).split()[2] == "single"
 
 
 def test_select_by_family_and_name():

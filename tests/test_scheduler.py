@@ -256,3 +256,11 @@ def test_schedule_syntax(tmp_path):
              ":test ((?a 2) (?b 2)))\n")
     with pytest.raises(RuleSyntaxError, match="cannot be eager"):
         _rules(tmp_path, multi)
+
+
+def test_an_eager_rule_that_raises_stops_saturation_and_bans_no_step_rule(tmp_path):
+    # a wrong "move": Relu(Squeeze(y)) as Squeeze(Transpose(y)) gives the class a second shape, which egglog refuses
+    bad = ("(family t)\n(rule BAD (Relu (Squeeze ?d ?y)) => (Squeeze ?d (Transpose (vec-of 0 2 1 3) ?y)) "
+           ":schedule eager :test ((?d :lit (vec-of 1)) (?y 2 1 4 3)))\n" + STEP)
+    res = saturate(_relu_chain(), _rules(tmp_path, bad), Budget(iterations=10, match_limit=None, **UNSCALED))
+    assert res.stop_reason == StopReason.ERROR and res.banned == []

@@ -1,4 +1,5 @@
-"""`tensat_tf rules`: one line per rule (name, family, single or multi, guards), then the excluded ones."""
+"""`tensat_tf rules`: one line per rule (name, family, single or multi and whether eager, guards), then the excluded
+ones."""
 from __future__ import annotations
 
 from tensat_tf.cli import engine_flags
@@ -14,7 +15,7 @@ def main(args: list[str]) -> int:
     rs = rules_mod.select(engine_flags.FLAGS.rules, engine_flags.FLAGS.disable_rules, engine_flags.FLAGS.rules_file)
     for r in rs.rules:
         guards = " ".join(to_text(g) for g in r.guards) or "-"
-        print(f"{r.name:<24} {r.family:<8} {r.kind:<6} {guards}")
+        print(f"{r.name:<24} {r.family:<8} {r.kind + (' eager' if r.eager else ''):<12} {guards}")
     for e in rs.excluded:
         print(f"{e.name:<24} {e.family:<8} excluded  {e.reason}")
     fams = sorted({r.family for r in rs.rules})

@@ -4,7 +4,9 @@ Each iteration:
   1. picks the active rules: not banned, and multi-pattern rules only in the first `k_multi` iterations (TENSAT: their
      matches grow as a cross product, doubly exponentially over iterations);
   2. `push`es, runs one iteration of the active rules as one combined ruleset (search all, then apply all, as egg
-     does), then saturates the analysis (shapes, IsConst) so the next iteration's guards see the new terms;
+     does), then saturates the analysis (shapes, IsConst) so the next iteration's guards see the new terms, then runs
+     the eager rules (rules/syntax.py `:schedule eager`: moves that pay only once a chain of them is done) to their
+     fixpoint, each round followed by the analysis; they are never backed off or banned;
   3. backoff (egg's BackoffScheduler, which egglog 13.2 has only inside one run-schedule, so it cannot persist across
      our push/pop iterations): a rule whose matches exceed `match_limit << times_banned` is banned for
      `ban_length << times_banned` iterations and its matches are not applied: the iteration is `pop`ped and rerun
@@ -226,11 +228,13 @@ class Saturator:
             self.eager = names
 
     def _culprits(self, names: list[str]) -> list[str]:
-        """Rules that raise when run alone (each in its own push/pop); none when the analysis raises without any rule
-        run (the e-graph itself is inconsistent) or only the rules together raise: not a rule to ban, an error."""
+        """Rules that raise when run alone (each in its own push/pop); none when the analysis or the eager rules raise
+        without any step rule run (the e-graph itself is inconsistent, or an eager rule is to blame, which is never
+        banned) or only the rules together raise: not a rule to ban, an error."""
         with self.session.push():
             try:
                 self.session.saturate(_ANALYSIS)
+                self._one([])                   # the eager rules alone: every attempt runs them
             except EgglogError:
                 return []
         bad = []
