@@ -248,7 +248,7 @@ def check(rule: Rule, seed: int = 0) -> CheckResult:
         fired, lhs, rhs = fires(rule, b)
         if not fired:
             raise UnsoundRule(f"{rule.name}: did not fire on test {_show(b)}")
-        values = {v: (np.asarray(b.values[v], np.int32) if v in b.values else
+        values = {v: (np.asarray(b.values[v], np.int32).reshape(s) if v in b.values else
                       (rng.uniform(0.5, 1.5, s) if v in b.positive else rng.uniform(-1, 1, s)).astype(np.float32))
                   for v, s in sorted(b.shapes.items())}
         results = evaluate(lhs + rhs, values)

@@ -46,7 +46,8 @@ not pay).
 Tests: `:test BINDING` (repeatable) gives shapes for which the rule must fire; `:reject BINDING` shapes (or weight
 flags) for which it must not. A binding is a list of `(?x d0 d1 ...)` (an input tensor), `(?x :weight d0 ...)`
 (a weight), `(?x :lit VALUE)` (a literal variable) or `(?x :value (vec-of 2 4 3))` (an int32 input vector with
-exactly that value: the run-time target of a ReshapeT); `:positive` after the name draws values in (0.5, 1.5) (for a
+exactly that value: the run-time target of a ReshapeT; `(?x :value (vec-of 0 2) 1 2)` gives it that shape, the values
+in row-major order: SpaceToBatchND's paddings); `:positive` after the name draws values in (0.5, 1.5) (for a
 weight it also asserts the `(positive ?x)` fact). A dimension -1 is unknown (as in the analysis): only in
 `:reject` bindings, to show that a guard does not take two unknown dims for equal ones. Every rule with guards needs
 at least one `:reject`.
@@ -54,6 +55,7 @@ at least one `:reject`.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from typing import Union
 
@@ -153,11 +155,13 @@ class Binding:
                 lits[var] = v
                 continue
             if rest and rest[0] == ":value":
-                v = rest[1] if len(rest) == 2 else None
-                if not (isinstance(v, list) and v[:1] == ["vec-of"] and all(isinstance(x, int) for x in v[1:])):
+                v, dims = (rest[1], tuple(rest[2:])) if len(rest) >= 2 else (None, ())
+                if not (isinstance(v, list) and v[:1] == ["vec-of"] and all(isinstance(x, int) for x in v[1:])
+                        and all(isinstance(d, int) and d > 0 for d in dims)
+                        and (not dims or math.prod(dims) == len(v) - 1)):
                     raise RuleSyntaxError(f"{origin}: bad :value for {var}: {to_text(it)}")
                 values[var] = tuple(v[1:])
-                shapes[var] = (len(v) - 1,)
+                shapes[var] = dims or (len(v) - 1,)
                 continue
             while rest and rest[0] in (":weight", ":positive"):
                 (weights if rest[0] == ":weight" else positive).add(var)

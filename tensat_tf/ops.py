@@ -461,6 +461,14 @@ _SPECS = [
            shape_rules=_squeeze_rules()),
     OpSpec("ExpandDims", "ExpandDims", const_inputs=(ConstInput(1, "dim", "int"),), index_type_attrs=("Tdim",),
            shape_rules=_expand_dims_rules()),
+    # TF's convolution() runs a dilated conv as SpaceToBatchND -> conv -> BatchToSpaceND (rules/dilation.rules turns
+    # them back into one dilated Conv2D). The paddings and crops stay tensors: for a dynamic length they are computed
+    # at run time. No shape rule: rules only read them, ingest gives them their shapes (tensat_tf/symbolic.py scales
+    # the batch)
+    OpSpec("SpaceToBatchND", "SpaceToBatchND", const_inputs=(ConstInput(1, "block_shape", "ints"),), n_tensor_inputs=2,
+           index_type_attrs=("Tblock_shape", "Tpaddings")),
+    OpSpec("BatchToSpaceND", "BatchToSpaceND", const_inputs=(ConstInput(1, "block_shape", "ints"),), n_tensor_inputs=2,
+           index_type_attrs=("Tblock_shape", "Tcrops")),
 ]
 
 # The same TF op with the input that TABLE folds into a literal read as a tensor instead, for a node where that input

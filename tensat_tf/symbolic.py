@@ -415,6 +415,14 @@ def _rule(node, data, a: Analysis, fresh) -> tuple[dict, dict]:
             return {}, {}
         dims = {d + len(s) if d < 0 else d for d in dims}
         return {0: tuple(d for i, d in enumerate(s) if i not in dims)}, {}
+    if op in ("SpaceToBatchND", "BatchToSpaceND"):
+        # the batch times (or over) the block's size; the blocked dims depend on the paddings; the rest are copied
+        s, bs = S(0), _const_ints(a, data[1])
+        if s is None or bs is None or not bs or len(s) <= len(bs) or any(k is None or k <= 0 for k in bs):
+            return {}, {}
+        k = math.prod(bs)
+        batch = mul(s[0], k) if op == "SpaceToBatchND" else div(s[0], k)
+        return {0: (batch,) + (None,) * len(bs) + tuple(s[1 + len(bs):])}, {}
     if op in ("Fill", "BroadcastTo"):
         v = V(0) if op == "Fill" else V(1)
         return ({0: _as_dims(v)} if v is not None else {}), {}

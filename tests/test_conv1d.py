@@ -98,3 +98,41 @@ def test_squeeze_and_expand_dims_shapes_agree_with_tf():
     assert len(checks) == 4 + 10
     eg = language.new_egraph()
     eg.run_program(*eg.parse_program("\n".join(lets + ["(run-schedule (saturate (run shapes)))"] + checks)))
+
+
+@pytest.fixture(scope="module")
+def dilated(tmp_path_factory):
+    """A temporal convolutional network's layers: causal Conv1D with dilation 2 and 4 (TF: SpaceToBatchND -> Conv2D ->
+    BatchToSpaceND, paddings computed from the dynamic length), a VALID dilated one, and a VALID dilated Conv2D."""
+    import keras
+    from tensat_tf.zoo._keras import randomize_weights
+    layers = keras.layers
+    x = keras.Input((None, 6))
+    y = layers.Conv1D(8, 3, padding="causal", dilation_rate=2, activation="relu")(x)
+    y = layers.BatchNormalization()(layers.Conv1D(8, 2, padding="causal", dilation_rate=4, use_bias=False)(y))
+    y = layers.Conv1D(8, 2, dilation_rate=3)(layers.ReLU()(y))
+    model = keras.Model(x, y)
+    randomize_weights(model, 1)
+    image = keras.Input((12, 12, 3))
+    conv2d = keras.Model(image, layers.Conv2D(4, 3, dilation_rate=2, activation="relu")(image))
+    randomize_weights(conv2d, 2)
+    root = tmp_path_factory.mktemp("dilated")
+    return exported_graph(model, str(root / "m1")), exported_graph(conv2d, str(root / "m2"))
+
+
+def test_dilated_convs_become_one_dilated_conv2d(dilated):
+    cases = ((dilated[0], [(1, 6, 6), (2, 7, 6), (3, 33, 6)], [[1, 1, 2, 1], [1, 1, 4, 1], [1, 1, 3, 1]]),
+             (dilated[1], [(1, 12, 12, 3), (2, 12, 12, 3)], [[1, 2, 2, 1]]))
+    for (gd, item), shapes, rates in cases:
+        assert {"SpaceToBatchND", "BatchToSpaceND"} <= {n.op for n in gd.node}
+        out, applied = _optimized(gd, item)
+        assert {"SpaceToBatchND", "BatchToSpaceND"}.isdisjoint(n.op for n in out.node)
+        convs = [n for n in out.node if n.op == "Conv2D"]
+        assert sorted(list(c.attr["dilations"].list.i) for c in convs) == sorted(rates)
+        readers = _reader(out)
+        assert all(readers[c.name] == ["BiasAdd"] for c in convs)       # bias (or batch norm) fused, as in Q01
+        for shape in shapes:
+            feeds = [np.random.RandomState(sum(shape)).standard_normal(shape).astype("f")]
+            (want,), (got,) = run_graph(gd, item, feeds), run_graph(out, item, feeds)
+            assert got.shape == want.shape
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)

@@ -22,7 +22,7 @@ _MODELS = {
     "nasrnn": "tf.Module NasRNN cell (TASO), hidden 64, unrolled 3 steps, 16 MatMuls per step; input [None, 3, 64]",
     "lstm": "Keras 3 LSTM(32) over [None, 8, 16] + Dense(4); the frozen graph keeps a While loop",
     "conv1d_kws": "Keras 3 1-D CNN over [None, None, 40] frames: Conv1D+BN+ReLU, MaxPooling1D, 2 residual blocks "
-                  "(Conv1D+BN+swish, Conv1D+BN), strided Conv1D, GAP, Dense(12)",
+                  "(Conv1D+BN+swish, Conv1D+BN; the second causal, dilation 2), strided Conv1D, GAP, Dense(12)",
     "mobilenet_v2": "keras.applications.MobileNetV2 224x224x3, alpha 1.0, random weights (slow: real application)",
     "resnet50": "keras.applications.ResNet50 224x224x3, random weights (slow: real application, ~200 MB on disk)",
     # TENSAT's seven benchmark models (paper section 5), NHWC, random weights

@@ -2,7 +2,7 @@
 classifiers are built this way), exported with model.export() with a dynamic batch and sequence.
 
 Keras' Conv1D runs ExpandDims -> Conv2D -> Squeeze, and its bias, a BatchNormalization and the activation come after
-the Squeeze (rules/squeeze.rules); MaxPooling1D runs ExpandDims -> MaxPool -> Squeeze the same way.
+the Squeeze (rules/squeeze.rules); MaxPooling1D runs ExpandDims -> MaxPool -> Squeeze the same way. The second residual block is causal and dilated.
 """
 import keras
 
@@ -21,10 +21,13 @@ def model() -> keras.Model:
     x = L.ReLU(name="stem_relu")(L.BatchNormalization(name="stem_bn")(x))
     x = L.MaxPooling1D(2, name="pool")(x)
     for i in range(2):
+        # the second block is causal and dilated, as a temporal convolutional network's (TF runs a dilated conv as
+        # SpaceToBatchND -> Conv2D -> BatchToSpaceND: rules/dilation.rules)
+        pad, rate = ("same", 1) if i == 0 else ("causal", 2)
         skip = x
-        x = L.Conv1D(64, 3, padding="same", name=f"block{i}_conv1")(x)
+        x = L.Conv1D(64, 3, padding=pad, dilation_rate=rate, name=f"block{i}_conv1")(x)
         x = L.Activation("swish", name=f"block{i}_swish")(L.BatchNormalization(name=f"block{i}_bn1")(x))
-        x = L.Conv1D(64, 3, padding="same", use_bias=False, name=f"block{i}_conv2")(x)
+        x = L.Conv1D(64, 3, padding=pad, dilation_rate=rate, use_bias=False, name=f"block{i}_conv2")(x)
         x = L.BatchNormalization(name=f"block{i}_bn2")(x)
         x = L.ReLU(name=f"block{i}_relu")(L.Add(name=f"block{i}_add")([x, skip]))
     x = L.Conv1D(128, 3, strides=2, padding="same", activation="relu", name="reduce")(x)
