@@ -462,23 +462,31 @@ _SPECS = [
     OpSpec("ExpandDims", "ExpandDims", const_inputs=(ConstInput(1, "dim", "int"),), index_type_attrs=("Tdim",),
            shape_rules=_expand_dims_rules()),
     # TF's convolution() runs a dilated conv as SpaceToBatchND -> conv -> BatchToSpaceND (rules/dilation.rules turns
-    # them back into one dilated Conv2D). The paddings and crops stay tensors: for a dynamic length they are computed
-    # at run time. No shape rule: rules only read them, ingest gives them their shapes (tensat_tf/symbolic.py scales
-    # the batch)
-    OpSpec("SpaceToBatchND", "SpaceToBatchND", const_inputs=(ConstInput(1, "block_shape", "ints"),), n_tensor_inputs=2,
+    # them back into one dilated Conv2D), with constant paddings and crops where the spatial dims are static (and
+    # TENSOR_FORMS where they are computed at run time). No shape rule: rules only read them, ingest gives them their
+    # shapes (tensat_tf/symbolic.py scales the batch)
+    OpSpec("SpaceToBatchND", "SpaceToBatchND", const_inputs=(ConstInput(1, "block_shape", "ints"),
+                                                             ConstInput(2, "paddings", "pairs")),
            index_type_attrs=("Tblock_shape", "Tpaddings")),
-    OpSpec("BatchToSpaceND", "BatchToSpaceND", const_inputs=(ConstInput(1, "block_shape", "ints"),), n_tensor_inputs=2,
+    OpSpec("BatchToSpaceND", "BatchToSpaceND", const_inputs=(ConstInput(1, "block_shape", "ints"),
+                                                             ConstInput(2, "crops", "pairs")),
            index_type_attrs=("Tblock_shape", "Tcrops")),
 ]
 
 # The same TF op with the input that TABLE folds into a literal read as a tensor instead, for a node where that input
-# is computed at run time. Only Reshape: Keras' Dense on [batch, seq, C] with a dynamic sequence reshapes its MatMul
+# is computed at run time. Reshape: Keras' Dense on [batch, seq, C] with a dynamic sequence reshapes its MatMul
 # back to a target built from Shape (passes/shapes.py keeps it so), and rules/tf_fold.rules F23/F24 move the bias and
 # the GELU through it, to the MatMul the remapper fuses them with. Term: (ReshapeT out_shape x target); the shape
 # literal is the output's shape from ingest's facts (its last dim is what the rules read); the target is int32.
 _TENSOR_FORMS = [
     OpSpec("Reshape", "ReshapeT", n_tensor_inputs=2, index_type_attrs=("Tshape",), shape_literal=True,
            shape_rules=(_rule("(= t (ReshapeT s x g))", shape="s"),)),
+    # a dilated conv over a dynamic length: the paddings and crops computed at run time (one tensor for both where
+    # the conv is VALID or causal)
+    OpSpec("SpaceToBatchND", "SpaceToBatchNDT", const_inputs=(ConstInput(1, "block_shape", "ints"),), n_tensor_inputs=2,
+           index_type_attrs=("Tblock_shape", "Tpaddings")),
+    OpSpec("BatchToSpaceND", "BatchToSpaceNDT", const_inputs=(ConstInput(1, "block_shape", "ints"),), n_tensor_inputs=2,
+           index_type_attrs=("Tblock_shape", "Tcrops")),
 ]
 
 # A Reshape that rules write and ingest never reads: to `out_shape`, which may hold symbols (the module docstring:
