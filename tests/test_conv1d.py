@@ -103,7 +103,8 @@ def test_squeeze_and_expand_dims_shapes_agree_with_tf():
 @pytest.fixture(scope="module")
 def dilated(tmp_path_factory):
     """A temporal convolutional network's layers: causal Conv1D with dilation 2 and 4 (TF: SpaceToBatchND -> Conv2D ->
-    BatchToSpaceND, paddings computed from the dynamic length), a VALID dilated one, and a VALID dilated Conv2D."""
+    BatchToSpaceND, paddings computed from the dynamic length), a VALID dilated one; VALID and SAME dilated Conv2D
+    and SAME and causal Conv1D on static dims (constant paddings and crops)."""
     import keras
     from tensat_tf.zoo._keras import randomize_weights
     layers = keras.layers
@@ -113,16 +114,26 @@ def dilated(tmp_path_factory):
     y = layers.Conv1D(8, 2, dilation_rate=3)(layers.ReLU()(y))
     model = keras.Model(x, y)
     randomize_weights(model, 1)
+    # static spatial dims: the paddings and crops are constants; SAME pads more than it crops
     image = keras.Input((12, 12, 3))
-    conv2d = keras.Model(image, layers.Conv2D(4, 3, dilation_rate=2, activation="relu")(image))
+    y2 = layers.Conv2D(4, 3, dilation_rate=2, activation="relu")(image)
+    y2 = layers.Conv2D(4, 3, dilation_rate=(3, 2), padding="same")(y2)
+    conv2d = keras.Model(image, y2)
     randomize_weights(conv2d, 2)
+    frames = keras.Input((20, 6))
+    y1 = layers.Conv1D(8, 3, padding="same", dilation_rate=2, activation="relu")(frames)
+    y1 = layers.Conv1D(8, 2, padding="causal", dilation_rate=3)(y1)
+    static = keras.Model(frames, y1)
+    randomize_weights(static, 3)
     root = tmp_path_factory.mktemp("dilated")
-    return exported_graph(model, str(root / "m1")), exported_graph(conv2d, str(root / "m2"))
+    return (exported_graph(model, str(root / "m1")), exported_graph(conv2d, str(root / "m2")),
+            exported_graph(static, str(root / "m3")))
 
 
 def test_dilated_convs_become_one_dilated_conv2d(dilated):
     cases = ((dilated[0], [(1, 6, 6), (2, 7, 6), (3, 33, 6)], [[1, 1, 2, 1], [1, 1, 4, 1], [1, 1, 3, 1]]),
-             (dilated[1], [(1, 12, 12, 3), (2, 12, 12, 3)], [[1, 2, 2, 1]]))
+             (dilated[1], [(1, 12, 12, 3), (2, 12, 12, 3)], [[1, 2, 2, 1], [1, 3, 2, 1]]),
+             (dilated[2], [(1, 20, 6), (3, 20, 6)], [[1, 1, 2, 1], [1, 1, 3, 1]]))
     for (gd, item), shapes, rates in cases:
         assert {"SpaceToBatchND", "BatchToSpaceND"} <= {n.op for n in gd.node}
         out, applied = _optimized(gd, item)
