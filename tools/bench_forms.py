@@ -24,6 +24,9 @@ Experiments (each a chain of a few copies of the pattern, so that it outweighs t
   conv1d          Keras' Conv1D + batch norm + ReLU: the scale, bias and ReLU after the Squeeze ("keras"), inside it
                   with the scale in the filter ("inside", rules/squeeze.rules), or every layer in 4-D ("4d": one
                   layer's Squeeze and the next one's ExpandDims cancelled too)
+  dilated         a causal dilated Conv1D (+ bias + ReLU + residual) as TF's convolution() runs it
+                  (SpaceToBatchND -> Conv2D -> BatchToSpaceND, paddings from the dynamic length) or as one Conv2D with
+                  `dilations` (rules/dilation.rules)
 
 Each row: reference / candidate, the median of per-block ratios of block medians with its 95 % interval (> 1: the
 candidate is faster; tensat_tf/speedup.py's paired decision, blocks interleaved with the order rotated,
@@ -44,7 +47,7 @@ import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
 
 EXPERIMENTS = ("residual_addn", "layer_norm", "se_fc", "preact_bias", "small_m", "batch_matmul_dense", "einsum_dense",
-               "position_gather", "conv1d")
+               "position_gather", "conv1d", "dilated")
 flags.DEFINE_list("experiments", list(EXPERIMENTS), f"Any of {', '.join(EXPERIMENTS)}.")
 flags.DEFINE_integer("blocks", 16, "Paired blocks per comparison.")
 flags.DEFINE_integer("runs", 20, "Session.run calls of each form per block (the block's median is compared).")
@@ -351,6 +354,30 @@ def conv1d(tf):
                         y = tf.nn.relu(tf.nn.bias_add(tf.nn.conv2d(y, folded, 1, "SAME"), b))
                 f.forms[form] = tf.squeeze(y, [1]) if form == "4d" else y
         rows += compare(tf, f"Conv1D x {COPIES} [1, {t}, {c}], kernel {k}, + batch norm + ReLU", f)
+    return rows
+
+
+def dilated(tf):
+    rows = []
+    for t, c in ((64, 32), (128, 64), (256, 64)):
+        f = Forms(tf, (1, t, c), dynamic=2)
+        with f.graph.as_default():
+            layers = []
+            for i in range(COPIES):
+                w = (0.1 * f.rng.standard_normal((3, c, c))).astype(np.float32)
+                layers.append((f.weight(None, value=w), f.weight(None, value=w[None]), f.weight((c,)), 2 ** (i % 4)))
+            for form in ("SpaceToBatchND", "dilated Conv2D"):
+                y = f.x
+                for w, w4, b, rate in layers:
+                    z = tf.pad(y, [[0, 0], [2 * rate, 0], [0, 0]])          # Keras' causal padding
+                    if form == "SpaceToBatchND":
+                        z = tf.nn.convolution(z, w, padding="VALID", dilations=[rate])
+                    else:
+                        z = tf.squeeze(tf.raw_ops.Conv2D(input=tf.expand_dims(z, 1), filter=w4, strides=[1, 1, 1, 1],
+                                                         padding="VALID", dilations=[1, 1, rate, 1]), [1])
+                    y = tf.nn.relu(tf.nn.bias_add(z, b)) + y
+                f.forms[form] = y
+        rows += compare(tf, f"causal dilated Conv1D x {COPIES} [1, {t}, {c}], rates 1-8", f)
     return rows
 
 
