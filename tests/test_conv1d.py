@@ -147,3 +147,27 @@ def test_dilated_convs_become_one_dilated_conv2d(dilated):
             (want,), (got,) = run_graph(gd, item, feeds), run_graph(out, item, feeds)
             assert got.shape == want.shape
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_a_conv_between_space_to_batch_and_back_is_priced_at_its_length_over_the_rate(dilated):
+    """cost/sizes.py Quotient: the dims SpaceToBatchND splits over a run-time length are the length over the rate,
+    the batch times the rate, and BatchToSpaceND's output gets the length back; each conv's price is then about the
+    same at every rate (it was the rate times its work: the batch times the rate at a whole unknown length)."""
+    from tensat_tf.cost import analytic, sizes
+    from tensat_tf.egraph import ingest, language
+    gd, item = dilated[0]
+    ing = ingest.ingest(gd, item)
+    eg = language.new_egraph()
+    ingest.load(eg, ing)
+    exp = sizes.exported(eg, ing)
+    by_rate = {}
+    for i, n in enumerate(exp.egraph.nodes):
+        if n.op == "Conv2D":
+            (x, w), out = analytic.node_shapes(exp, i, 1, 64)
+            by_rate[x[0]] = (x, out)
+    # the batch is the rate; the length 64 over it (the 2-wide and 4-wide causal ones, then the VALID rate 3)
+    assert by_rate[2][0] == (2, 1, 32, 6) and by_rate[4][0] == (4, 1, 16, 8) and by_rate[3][0] == (3, 1, 22, 8)
+    for rate, (x, out) in by_rate.items():
+        assert out[0] == rate and out[2] * rate in range(64, 64 + rate)
+    b2s = [i for i, n in enumerate(exp.egraph.nodes) if n.op == "BatchToSpaceNDT"]
+    assert len(b2s) == 3 and all(analytic.node_shapes(exp, i, 1, 64)[1][:2] == (1, 64) for i in b2s)

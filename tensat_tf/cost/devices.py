@@ -97,6 +97,9 @@ class Device:
 #     Transpose 3.7, MaxPool 4.7, Conv2D 5.5, DepthwiseConv2dNative 8.3 (oneDNN primitive lookup and layout
 #     checks, Eigen shuffle setup). Einsum 3.2 (abc,cde->abde from 1x1x16 . 16x1x16 to 1x16x32 . 32x6x8 all take
 #     3.2-3.4 us; abcd,aecd->acbe at 1x16x2x8 4.8: TF's kernel reshapes and transposes around a batch matmul).
+#     SpaceToBatchND 4.5, BatchToSpaceND 2.0 (a dilated conv's lowering, rules/dilation.rules: traced 5.5 and 2.8 us
+#     per kernel on [1, 128 + pad, 64] in a WaveNet-like stack, where a copy of its 33 KB takes under 0.5 us, less
+#     the ~1 us the trace adds to a small kernel; BENCHMARKS.md, "A deep dilated stack").
 #   flops_per_element_by_term: Tanh takes 330 us on 1M floats (35 FLOP-equivalents per element at 110 GFLOP/s),
 #     Sigmoid 614 us (64); Relu of the same size 87 us (bandwidth-bound). Erfc 22.6 us on 16k floats, 88.5 on 65k
 #     (150; kernel trace, Grappler on).
@@ -141,7 +144,7 @@ CPU = Device(
     "cpu", peak_gflops=110.0, bandwidth_gbs=90.0, op_overhead_us=0.3,
     overhead_us_by_term=(("Reshape", 0.1), ("MatMul", 0.5), ("BatchMatMulV2", 2.8), ("AvgPool", 2.8),
                          ("Transpose", 3.7), ("MaxPool", 4.7), ("Conv2D", 5.5), ("DepthwiseConv2dNative", 8.3),
-                         ("FusedBatchNormV3", 4.5), ("Einsum", 3.2)),
+                         ("FusedBatchNormV3", 4.5), ("Einsum", 3.2), ("SpaceToBatchND", 4.5), ("BatchToSpaceND", 2.0)),
     flops_per_element_by_term=(("Tanh", 35.0), ("Sigmoid", 64.0), ("Erfc", 150.0)),
     strided_copy_efficiency=0.5, broadcast_efficiency=0.3, fused_contractions=("Conv2D", "DepthwiseConv2dNative"),
     fused_activations=FUSED_ACTIVATIONS, call_overhead_us=160.0, fused_matmul_us=4.5, fused_depthwise_us=4.0,

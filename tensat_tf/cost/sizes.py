@@ -11,6 +11,7 @@ Reshape with a -1), so the cost model can evaluate them at a batch size (analyti
 """
 from __future__ import annotations
 
+import dataclasses
 from typing import Optional
 
 from tensat_tf import symbolic
@@ -80,10 +81,15 @@ def attach(exp: Exported, sizes: dict, output_lets: dict, batch_bases: frozenset
     for _ in range(4):                      # a few rounds reach chains of new classes; the rest keep the fallback
         grew = False
         for n in g.nodes:
-            if n.eclass in out or n.eclass not in exp.shapes or -1 not in exp.shapes[n.eclass]:
+            if n.eclass not in exp.shapes or -1 not in exp.shapes[n.eclass]:
+                continue
+            # a class ingest sized is derived again only on the way from a SpaceToBatchND, whose blocked dims
+            # ingest leaves unknown (Quotient)
+            if n.eclass in out and (None not in out[n.eclass] or not (
+                    n.op in BLOCKING or any(isinstance(d, Quotient) for c in n.children for d in out.get(c, ())))):
                 continue
             dims = _derived(n, exp, out)
-            if dims is not None and len(dims) == len(exp.shapes[n.eclass]):
+            if dims is not None and len(dims) == len(exp.shapes[n.eclass]) and dims != out.get(n.eclass):
                 out[n.eclass] = dims
                 grew = True
         if not grew:
@@ -91,9 +97,76 @@ def attach(exp: Exported, sizes: dict, output_lets: dict, batch_bases: frozenset
     exp.sizes, exp.batch_bases = out, frozenset(batch_bases)
 
 
+@dataclasses.dataclass(frozen=True)
+class Quotient:
+    """A size known only as `dim` (an int, a symbolic.Sym, or None: unknown, priced as `--unknown_dim`) over `den`,
+    rounded up: a dim that SpaceToBatchND splits over a run-time length (the padded length over the rate, the padding
+    left out). For pricing only: the shape
+    analysis keeps such a dim unknown (-1). Without it a conv between SpaceToBatchND and BatchToSpaceND was priced at
+    the batch times the rate and at a whole `--unknown_dim` long (a WaveNet-like stack predicted 5.9x faster by the
+    dilated form, measured 1.33x; BENCHMARKS.md)."""
+    dim: object
+    den: int
+
+
+BLOCKING = {"SpaceToBatchND": True, "SpaceToBatchNDT": True, "BatchToSpaceND": False, "BatchToSpaceNDT": False}
+
+
+def _blocked(n, kids, rank: int) -> Optional[tuple]:
+    """The dims of a SpaceToBatchND (the batch times the block, each blocked dim over its rate) or of a
+    BatchToSpaceND (the inverse), from its input's."""
+    x, block = kids[0] if kids else None, tuple(n.payload[0]) if n.payload else ()
+    if x is None or not block or len(x) != rank or rank <= len(block) or any(k <= 0 for k in block):
+        return None
+    total = 1
+    for k in block:
+        total *= k
+    if BLOCKING[n.op]:
+        batch, inner = symbolic.mul(x[0], total), [_over(d, k) for d, k in zip(x[1:], block)]
+    else:
+        batch, inner = symbolic.div(x[0], total), [_times(d, k) for d, k in zip(x[1:], block)]
+    return (batch, *inner, *x[1 + len(block):])
+
+
+def _over(d, k: int):
+    # an unknown dim (None: a padded run-time length) is priced as any unknown dim is, `--unknown_dim`, over the rate
+    return -(-d // k) if isinstance(d, int) else Quotient(d, k)
+
+
+def _times(d, k: int):
+    if isinstance(d, Quotient) and d.den % k == 0:
+        return (d.dim if d.den == k else Quotient(d.dim, d.den // k)) if d.dim is not None or d.den != k else None
+    if isinstance(d, Quotient) or d is None:
+        return None
+    return symbolic.mul(d, k)
+
+
+def _through(n, exp: Exported, kids) -> Optional[tuple]:
+    """The dims of an op on a blocked tensor (one whose dims hold a Quotient): ExpandDims, Squeeze, and a stride-1
+    convolution (its spatial dims the input's, the filter's shrink left out), the ops between TF's SpaceToBatchND and
+    BatchToSpaceND."""
+    x, shape = kids[0] if kids else None, exp.shapes[n.eclass]
+    if x is None:
+        return None
+    if n.op == "ExpandDims" and n.payload:
+        axis = n.payload[0] if n.payload[0] >= 0 else n.payload[0] + len(x) + 1
+        return (*x[:axis], 1, *x[axis:])
+    if n.op == "Squeeze" and n.payload and len(n.payload[0]) == 1:
+        axis = n.payload[0][0] % len(x)
+        return tuple(d for i, d in enumerate(x) if i != axis)
+    if n.op in ("Conv2D", "DepthwiseConv2dNative") and n.payload and tuple(n.payload[0]) == (1, 1, 1, 1) \
+            and len(x) == 4 == len(shape):
+        return (x[0], x[1], x[2], shape[3] if shape[3] >= 0 else None)
+    return None
+
+
 def _derived(n, exp: Exported, known: dict) -> Optional[tuple]:
     kids = [known.get(c, _decoded(exp.shapes.get(c))) for c in n.children]
     rank = len(exp.shapes[n.eclass])
+    if n.op in BLOCKING:
+        return _blocked(n, kids, rank)
+    if any(isinstance(d, Quotient) for k in kids if k is not None for d in k):
+        return _through(n, exp, kids)
     if n.op in SAME_AS_FIRST and kids and kids[0] is not None:
         return kids[0]
     if n.op in BINARY and len(kids) == 2:
@@ -134,4 +207,7 @@ def evaluate(dim, batch_size: int, batch_bases: frozenset, unknown_dim: int = UN
         for b in dim.bases:
             v *= batch_size if b in batch_bases else unknown_dim
         return v
+    if isinstance(dim, Quotient):
+        v = unknown_dim if dim.dim is None else evaluate(dim.dim, batch_size, batch_bases, unknown_dim)
+        return None if v is None else -(-v // dim.den)
     return None
