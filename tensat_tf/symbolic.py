@@ -282,6 +282,19 @@ def _topological(graph_def) -> list[str]:
 
 
 # ------------------------------------------------------------------ per-op rules
+def expand_dims(shape: tuple, axis: int) -> tuple:
+    """`shape` with a 1 inserted at `axis` (TF's ExpandDims: a negative axis counts from the end of the result).
+    Dims of any kind (cost/sizes.py passes its pricing sizes through it too)."""
+    i = axis + len(shape) + 1 if axis < 0 else axis
+    return tuple(shape[:i]) + (1,) + tuple(shape[i:])
+
+
+def squeeze(shape: tuple, axes) -> tuple:
+    """`shape` without the dims at `axes` (TF's Squeeze: negative axes count from the end)."""
+    drop = {d + len(shape) if d < 0 else d for d in axes}
+    return tuple(d for i, d in enumerate(shape) if i not in drop)
+
+
 def _int_attr(node, name, default=0):
     return int(node.attr[name].i) if name in node.attr else default
 
@@ -405,16 +418,14 @@ def _rule(node, data, a: Analysis, fresh) -> tuple[dict, dict]:
         s, ax = S(0), _const_ints(a, data[1])
         if s is None or ax is None or len(ax) != 1:
             return {}, {}
-        i = ax[0] + len(s) + 1 if ax[0] < 0 else ax[0]
         vals = {0: (V(0), False)} if V(0) is not None and len(s) == 0 else {}
-        return {0: tuple(s[:i]) + (1,) + tuple(s[i:])}, vals
+        return {0: expand_dims(s, ax[0])}, vals
     if op == "Squeeze":
         s = S(0)
         dims = [int(x) for x in node.attr["squeeze_dims"].list.i] if "squeeze_dims" in node.attr else []
         if s is None or not dims:
             return {}, {}
-        dims = {d + len(s) if d < 0 else d for d in dims}
-        return {0: tuple(d for i, d in enumerate(s) if i not in dims)}, {}
+        return {0: squeeze(s, dims)}, {}
     if op in ("SpaceToBatchND", "BatchToSpaceND"):
         # the batch times (or over) the block's size; the blocked dims depend on the paddings; the rest are copied
         s, bs = S(0), _const_ints(a, data[1])

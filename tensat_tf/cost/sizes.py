@@ -12,6 +12,7 @@ Reshape with a -1), so the cost model can evaluate them at a batch size (analyti
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Optional
 
 from tensat_tf import symbolic
@@ -83,10 +84,8 @@ def attach(exp: Exported, sizes: dict, output_lets: dict, batch_bases: frozenset
         for n in g.nodes:
             if n.eclass not in exp.shapes or -1 not in exp.shapes[n.eclass]:
                 continue
-            # a class ingest sized is derived again only on the way from a SpaceToBatchND, whose blocked dims
-            # ingest leaves unknown (Quotient)
-            if n.eclass in out and (None not in out[n.eclass] or not (
-                    n.op in BLOCKING or any(isinstance(d, Quotient) for c in n.children for d in out.get(c, ())))):
+            sized = out.get(n.eclass)
+            if sized is not None and (None not in sized or not _on_blocked_path(n, out)):
                 continue
             dims = _derived(n, exp, out)
             if dims is not None and len(dims) == len(exp.shapes[n.eclass]) and dims != out.get(n.eclass):
@@ -101,8 +100,7 @@ def attach(exp: Exported, sizes: dict, output_lets: dict, batch_bases: frozenset
 class Quotient:
     """A size known only as `dim` (an int, a symbolic.Sym, or None: unknown, priced as `--unknown_dim`) over `den`,
     rounded up: a dim that SpaceToBatchND splits over a run-time length (the padded length over the rate, the padding
-    left out). For pricing only: the shape
-    analysis keeps such a dim unknown (-1). Without it a conv between SpaceToBatchND and BatchToSpaceND was priced at
+    left out). For pricing only: the shape analysis keeps such a dim unknown (-1). Without it a conv between SpaceToBatchND and BatchToSpaceND was priced at
     the batch times the rate and at a whole `--unknown_dim` long (a WaveNet-like stack predicted 5.9x faster by the
     dilated form, measured 1.33x; BENCHMARKS.md)."""
     dim: object
@@ -112,15 +110,19 @@ class Quotient:
 BLOCKING = {"SpaceToBatchND": True, "SpaceToBatchNDT": True, "BatchToSpaceND": False, "BatchToSpaceNDT": False}
 
 
+def _on_blocked_path(n, known: dict) -> bool:
+    """A SpaceToBatchND / BatchToSpaceND, or an op reading a tensor one blocked: a class ingest sized is derived again
+    only there, where ingest left the blocked dims unknown (Quotient)."""
+    return n.op in BLOCKING or any(isinstance(d, Quotient) for c in n.children for d in known.get(c, ()))
+
+
 def _blocked(n, kids, rank: int) -> Optional[tuple]:
     """The dims of a SpaceToBatchND (the batch times the block, each blocked dim over its rate) or of a
     BatchToSpaceND (the inverse), from its input's."""
     x, block = kids[0] if kids else None, tuple(n.payload[0]) if n.payload else ()
     if x is None or not block or len(x) != rank or rank <= len(block) or any(k <= 0 for k in block):
         return None
-    total = 1
-    for k in block:
-        total *= k
+    total = math.prod(block)
     if BLOCKING[n.op]:
         batch, inner = symbolic.mul(x[0], total), [_over(d, k) for d, k in zip(x[1:], block)]
     else:
@@ -134,11 +136,11 @@ def _over(d, k: int):
 
 
 def _times(d, k: int):
-    if isinstance(d, Quotient) and d.den % k == 0:
-        return (d.dim if d.den == k else Quotient(d.dim, d.den // k)) if d.dim is not None or d.den != k else None
-    if isinstance(d, Quotient) or d is None:
-        return None
-    return symbolic.mul(d, k)
+    if isinstance(d, Quotient):
+        if d.den % k:
+            return None
+        return Quotient(d.dim, d.den // k) if d.den > k else d.dim      # (a None dim stays unknown)
+    return None if d is None else symbolic.mul(d, k)
 
 
 def _through(n, exp: Exported, kids) -> Optional[tuple]:
@@ -149,11 +151,9 @@ def _through(n, exp: Exported, kids) -> Optional[tuple]:
     if x is None:
         return None
     if n.op == "ExpandDims" and n.payload:
-        axis = n.payload[0] if n.payload[0] >= 0 else n.payload[0] + len(x) + 1
-        return (*x[:axis], 1, *x[axis:])
-    if n.op == "Squeeze" and n.payload and len(n.payload[0]) == 1:
-        axis = n.payload[0][0] % len(x)
-        return tuple(d for i, d in enumerate(x) if i != axis)
+        return symbolic.expand_dims(x, n.payload[0])
+    if n.op == "Squeeze" and n.payload:
+        return symbolic.squeeze(x, n.payload[0])
     if n.op in ("Conv2D", "DepthwiseConv2dNative") and n.payload and tuple(n.payload[0]) == (1, 1, 1, 1) \
             and len(x) == 4 == len(shape):
         return (x[0], x[1], x[2], shape[3] if shape[3] >= 0 else None)
