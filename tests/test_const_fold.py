@@ -19,8 +19,11 @@ def _const(*shape):
     return tf.constant(RNG.normal(size=shape).astype(np.float32))
 
 
-def _hard_swish_depthwise(x):
-    y = tf.nn.bias_add(tf.nn.conv2d(x, _const(1, 1, 4, 8), 1, "SAME"), _const(8))
+def _hard_swish_depthwise(x, after_conv=True):
+    """Keras' hard swish before a depthwise conv. After a conv's bias TF's remapper fuses it whole in the form rules
+    A07/A08 reach (tensat_tf/cost/fusion.py, hardswish); elsewhere its 1/6 folds into the depthwise filter (C07)."""
+    y = (tf.nn.bias_add(tf.nn.conv2d(x, _const(1, 1, 4, 8), 1, "SAME"), _const(8)) if after_conv
+         else tf.concat([x, tf.add(x, _const(4))], axis=3))
     h = tf.nn.relu6(tf.add(tf.constant(3.0), y)) * tf.multiply(tf.constant(1.0 / 6.0), y)
     return tf.nn.depthwise_conv2d(h, _const(3, 3, 8, 1), [1, 1, 1, 1], "SAME")
 
@@ -61,7 +64,8 @@ def _preactivation_bn(x, negative_channel=None):
 
 
 @pytest.mark.parametrize("build, rule, fewer_ops", [
-    (_hard_swish_depthwise, "C07-depthwise-scalar-in", {"Mul": 1}),
+    (lambda x: _hard_swish_depthwise(x, after_conv=False), "C07-depthwise-scalar-in", {"Mul": 1}),
+    (_hard_swish_depthwise, "A07-relu6-product-scalar-in", {"Mul": 0}),
     (_residual_biases, "C17-residual-biases-join", {"AddV2": 2, "BiasAdd": -1}),   # 3 adds: 1 AddV2 + 1 BiasAdd
     (_transition, "C18-avgpool-conv1x1-swap", {}),
     (_residual_after_bn, "C19-residual-bias-onto-right", {"AddN": 1, "AddV2": 0, "BiasAdd": -1}),

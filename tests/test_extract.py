@@ -129,9 +129,11 @@ FANOUT = [("in", 0, (), 0.0), ("conv", 1, (0,), 5.0), ("bias", 2, (1,), 1.0), ("
 
 
 def _with_fused(eg: EGraphData, terms: dict) -> EGraphData:
-    """terms: node -> (class read, extra[, producers[, partners]]); producers default to every node of that class."""
+    """terms: node -> (class read, extra[, producers[, partners[, consumers]]]); producers default to every node of
+    that class."""
     return eg.with_costs([n.cost for n in eg.nodes], {
-        i: Fused(t[0], t[1], frozenset(t[2] if len(t) > 2 else eg.classes[t[0]]), frozenset(t[3] if len(t) > 3 else ()))
+        i: Fused(t[0], t[1], frozenset(t[2] if len(t) > 2 else eg.classes[t[0]]), frozenset(t[3] if len(t) > 3 else ()),
+                 frozenset(t[4] if len(t) > 4 else ()))
         for i, t in terms.items()})
 
 
@@ -198,6 +200,36 @@ def test_partners_read_the_fused_class_without_breaking_the_fusion(solver):
     assert ilp.solve_ilp(fused, greedy.greedy_choice(fused), 10, solver, rel_gap=0.0).choice[1] == 1
 
 
+# A pattern that fuses whole or not at all (Fused.consumers; a hard swish, cost/fusion.py). Classes: 0 = input,
+# 1 = Y (conv + bias), 2 = A = add(Y), 3 = R = relu6(A), 4 = M = m6(R), 5 = root: out(M, Y), or fold(R, Y) (the
+# form with the scalar folded into the next conv: one op less, cheaper alone). add, relu6, m6 and out fuse as a chain
+# (2 each when alone); without out, m6 is not computed and add and relu6 run alone.
+HSWISH = [("in", 0, (), 0.0), ("convbias", 1, (0,), 5.0), ("add", 2, (1,), 1.0), ("relu6", 3, (2,), 1.0),
+          ("m6", 4, (3,), 1.0), ("out", 5, (4, 1), 1.0), ("fold", 5, (3, 1), 1.5)]
+HSWISH_TERMS = {2: (1, 2.0, [1], [5], [3]), 3: (2, 2.0, [2], [], [4]), 4: (3, 2.0, [3], [], [5]), 5: (4, 2.0, [4])}
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_a_pattern_fuses_only_whole(solver):
+    eg = _with_fused(egraph(HSWISH, [5]), HSWISH_TERMS)
+    whole, folded = {0: 0, 1: 1, 2: 2, 3: 3, 4: 4, 5: 5}, {0: 0, 1: 1, 2: 2, 3: 3, 5: 6}
+    assert dag.unfused(eg, whole) == set() and dag.dag_cost(eg, whole) == 9.0
+    # fold reads R and Y: add has a reader of Y that is not its partner, relu6 a reader of R not its consumer
+    assert dag.unfused(eg, folded) == {2, 3} and dag.dag_cost(eg, folded) == 8.5 + 4.0
+    res = ilp.solve_ilp(eg, folded, 10, solver, rel_gap=0.0)
+    assert res.choice[5] == 5 and dag.dag_cost(eg, res.choice) == 9.0 == brute_force(eg) and res.status == "optimal"
+    # fold as add's partner too (it reads Y): without consumers nothing told relu6 and add that m6 and out are
+    # missing, and the folded form looked cheaper (8.5); with them the chain runs alone
+    partnered = {**HSWISH_TERMS, 2: (1, 2.0, [1], [5, 6], [3])}
+    assert dag.dag_cost(_with_fused(egraph(HSWISH, [5]), {i: t[:4] for i, t in partnered.items()}), folded) == 8.5
+    assert dag.dag_cost(_with_fused(egraph(HSWISH, [5]), partnered), folded) == 12.5
+    # a consumer that runs alone takes its producers with it: a second reader of M breaks the whole chain
+    two = _with_fused(egraph(HSWISH + [("pair", 6, (5, 4), 1.0)], [6]), HSWISH_TERMS)
+    assert dag.unfused(two, {**whole, 6: 7}) == {2, 3, 4, 5}
+    res = ilp.solve_ilp(two, {**whole, 6: 7}, 10, solver, rel_gap=0.0)
+    assert dag.dag_cost(two, res.choice) == pytest.approx(brute_force(two)) and res.status == "optimal"
+
+
 def _ilp_matches_brute_force(seed: int, count: int, terms_of) -> None:
     """On `count` random cyclic e-graphs (those with a greedy start) priced with fused terms_of(rng, egraph), the
     ILP proves the brute-force optimum."""
@@ -225,18 +257,29 @@ def test_ilp_matches_brute_force_with_fused_extras():
         for i, n in enumerate(eg.nodes) if n.children and rng.random() < 0.4})
 
 
+def _random_terms(rng, eg, p_partner: float, p_consumers: float = 0.0) -> dict:
+    """Fused terms for half the nodes with children: random producers, partners among the other readers of the
+    class read, and (with probability p_consumers) consumers among the readers of the node's own class."""
+    readers: dict[int, set[int]] = {}
+    for i, n in enumerate(eg.nodes):
+        for k in n.children:
+            readers.setdefault(k, set()).add(i)
+    return {i: (n.children[0], float(rng.randint(1, 4)),
+                [j for j in eg.classes[n.children[0]] if rng.random() < 0.6],
+                [o for o in sorted(readers[n.children[0]]) if o != i and rng.random() < p_partner],
+                [o for o in sorted(readers.get(n.eclass, ())) if rng.random() < 0.6]
+                if rng.random() < p_consumers else [])
+            for i, n in enumerate(eg.nodes) if n.children and rng.random() < 0.5}
+
+
 def test_ilp_matches_brute_force_with_fused_partners():
     """As above, each fused node with random partners among the other readers of the class it reads."""
-    def terms_of(rng, eg):
-        readers = {}
-        for i, n in enumerate(eg.nodes):
-            for k in n.children:
-                readers.setdefault(k, set()).add(i)
-        return {i: (n.children[0], float(rng.randint(1, 4)),
-                    [j for j in eg.classes[n.children[0]] if rng.random() < 0.6],
-                    [o for o in sorted(readers[n.children[0]]) if o != i and rng.random() < 0.5])
-                for i, n in enumerate(eg.nodes) if n.children and rng.random() < 0.5}
-    _ilp_matches_brute_force(12, 40, terms_of)
+    _ilp_matches_brute_force(12, 40, lambda rng, eg: _random_terms(rng, eg, 0.5))
+
+
+def test_ilp_matches_brute_force_with_fused_consumers():
+    """As above, with random consumers too (a pattern that fuses only whole)."""
+    _ilp_matches_brute_force(13, 60, lambda rng, eg: _random_terms(rng, eg, 0.3, 0.6))
 
 
 # Classes: 0 = input, 1 = X, 2 = S = split(M), 3 = M, 4 = root r(X). X is conv(input) (2) or split0(S); M is
@@ -497,3 +540,4 @@ def test_cbc_bound_stays_below_a_known_choice_on_resnet50():
     eg = serialized.load(os.path.join(DATA, "resnet50.json"))
     r = extract(eg, method="ilp", solver="cbc")
     assert r.bound is not None and r.bound <= 4.385795 + 1e-6
+

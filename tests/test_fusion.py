@@ -371,3 +371,95 @@ def test_a_matmul_bias_costs_a_fixed_extra_that_pays_only_on_many_rows():
     # only on a class a MatMul computes: a BiasAdd on a Conv2D's output keeps its own price
     assert set(fusion.matmul_bias_sites(chain())) == set()
     assert set(fusion.matmul_bias_sites(chain(contraction="MatMul", x=(8, 16), w=(16, 32), y=(8, 32)))) == {4}
+
+
+def hard_swish(contraction="Conv2D", bias_op="BiasAdd", w=W, x=X, three=3.0, sixth=1.0 / 6.0, keras=False):
+    """x -> contraction -> bias y (class 4) -> AddV2(3, y) (6) -> Relu6 (7) -> Mul(., 1/6) (9) -> Mul(., y) (10), the
+    remapper's form; keras: Keras' spelling relu6(3 + y) * (1/6 * y) instead (9 = Mul(1/6, y), 10 = Mul(7, 9))."""
+    nodes = [("Input", 0, (), ("x",)), ("Weight", 1, (), ("w",)), ("Weight", 2, (), ("b",)),
+             (contraction, 3, (0, 1), SAME), (bias_op, 4, (3, 2), ()), ("Weight", 5, (), ("three",)),
+             ("AddV2", 6, (5, 4), ()), ("ReluSix", 7, (6,), ()), ("Weight", 8, (), ("sixth",))]
+    nodes += [("Mul", 9, (8, 4), ()), ("Mul", 10, (7, 9), ())] if keras else \
+        [("Mul", 9, (7, 8), ()), ("Mul", 10, (9, 4), ())]
+    exp = egraph(nodes, {0: x, 1: w, 2: B, 3: Y, 4: Y, 5: (), 6: Y, 7: Y, 8: (), 9: Y, 10: Y})
+    exp.scalars.update({5: three, 8: sixth})
+    return exp
+
+
+def test_a_hard_swish_in_the_remappers_form_joins_a_conv_and_its_biasadd():
+    """cost/fusion.py "hardswish": the four nodes are one pattern on a Conv2D's or a depthwise conv's BiasAdd, with
+    3 and 1/6 for constants, in the form Grappler leaves fusable (and no other), on oneDNN only."""
+    sites = fusion.fusion_sites(hard_swish())
+    assert {i: s.kind for i, s in sites.items()} == {4: "bias", 6: "hardswish", 7: "hardswish", 9: "hardswish",
+                                                     10: "hardswish"}
+    assert sites[6] == fusion.Site("hardswish", 4, frozenset({4}), frozenset({10}), frozenset({7}))
+    assert sites[7] == fusion.Site("hardswish", 6, frozenset({6}), frozenset(), frozenset({9}))
+    assert sites[9] == fusion.Site("hardswish", 7, frozenset({7}), frozenset(), frozenset({10}))
+    assert sites[10] == fusion.Site("hardswish", 9, frozenset({9}))
+    dw = fusion.fused_nodes(hard_swish("DepthwiseConv2dNative", w=(3, 3, 32, 1), x=Y))
+    assert sorted(k for k, v in dw.items() if v == "hardswish") == [6, 7, 9, 10]
+    for other in (hard_swish(keras=True), hard_swish(three=2.0), hard_swish(sixth=0.2), hard_swish(bias_op="AddV2"),
+                  hard_swish("MatMul", w=(16, 32), x=(8, 16))):
+        assert "hardswish" not in fusion.fused_nodes(other).values()
+    assert "hardswish" not in eigen_sites(hard_swish()).values()
+    costs, fused = analytic.priced(hard_swish())
+    plain = analytic.costs(hard_swish(), fusion=False)
+    assert all(costs[i] < plain[i] for i in (6, 7, 9, 10))
+    assert fused[6].consumers == {7} and fused[6].partners == {10} and not fused[10].consumers
+
+
+def test_a_pass_writes_keras_hard_swish_in_the_form_tf_fuses():
+    """A conv + bias + Keras' hard swish + depthwise conv + bias + hard swish graph (TF1, as Grappler leaves a Keras
+    export): the pass writes each hard swish as Mul(Mul(Relu6(AddV2(3, y)), 1/6), y) on a BiasAdd (rules A07/A08;
+    before, extraction folded the 1/6 into the next conv and three ops ran alone), the values stay the same, and
+    where TF runs oneDNN's ops its runtime runs each conv, bias and hard swish as one kernel."""
+    import tensorflow as tf
+    from tensat_tf.cost import get_model
+    from tensat_tf.item import GrapplerItem
+    from tensat_tf.options import EngineOptions
+    from tensat_tf.passes.tensat import TensatPass
+    rng = np.random.default_rng(3)
+    const = lambda *s: tf.constant(rng.normal(size=s).astype(np.float32))  # noqa: E731
+
+    def hs(y):
+        return tf.nn.relu6(tf.add(tf.constant(3.0), y)) * tf.multiply(tf.constant(1.0 / 6.0), y)
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 8, 8, 4], name="x")
+        h = hs(tf.nn.bias_add(tf.nn.conv2d(x, const(1, 1, 4, 8), 1, "SAME"), const(8)))
+        h = hs(tf.nn.bias_add(tf.nn.depthwise_conv2d(h, const(3, 3, 8, 1), [1, 1, 1, 1], "SAME"), const(8)))
+        tf.identity(tf.nn.conv2d(h, const(1, 1, 8, 4), 1, "SAME"), name="out")
+    gd, item = g.as_graph_def(), GrapplerItem(feeds=("x:0",), fetches=("out:0",))
+    p = TensatPass(EngineOptions())
+    out = p.optimize(gd, item)
+    by = {n.name: n for n in out.node}
+    src = lambda i: by[i.split(":")[0]]  # noqa: E731
+    value = lambda n: float(tf.make_ndarray(n.attr["value"].tensor))  # noqa: E731
+    forms = 0
+    for n in out.node:
+        if n.op != "Mul" or src(n.input[0]).op != "Mul":
+            continue
+        m, y = src(n.input[0]), src(n.input[1])
+        r, c6 = src(m.input[0]), src(m.input[1])
+        a = src(r.input[0])
+        assert (y.op, r.op, a.op, c6.op) == ("BiasAdd", "Relu6", "AddV2", "Const"), n
+        assert src(y.input[0]).op in ("Conv2D", "DepthwiseConv2dNative")
+        assert value(c6) == pytest.approx(1 / 6) and {i.split(":")[0] for i in a.input} - {y.name}
+        forms += 1
+    assert forms == 2, [(n.name, n.op, list(n.input)) for n in out.node]
+    data = rng.normal(size=(2, 8, 8, 4)).astype(np.float32)
+    want, got = (run_graph(graph_def, item, [data])[0] for graph_def in (gd, out))
+    np.testing.assert_allclose(want, got, rtol=1e-4, atol=1e-5)
+    if not get_model(device=None).device.onednn:
+        return
+    tf1 = tf.compat.v1
+    with tf.Graph().as_default() as run:
+        tf.graph_util.import_graph_def(out, name="")
+        cfg = tf1.ConfigProto(intra_op_parallelism_threads=1, inter_op_parallelism_threads=1)
+        with tf1.Session(graph=run, config=cfg) as s:
+            md = tf1.RunMetadata()
+            s.run("out:0", {"x:0": data}, options=tf1.RunOptions(trace_level=tf1.RunOptions.FULL_TRACE),
+                  run_metadata=md)
+    kernels = [ns.timeline_label.split(" = ", 1)[1].split("(", 1)[0] for d in md.step_stats.dev_stats
+               for ns in d.node_stats if " = " in ns.timeline_label]
+    assert not {"Relu6", "AddV2", "Mul"} & set(kernels), kernels

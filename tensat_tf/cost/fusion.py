@@ -49,11 +49,20 @@ they are on is TF's choice per machine (see "Without oneDNN" at the end for the 
          scale folded into the next conv, the form F30 replaces), per copy, the 1x1 depthwise form: 48 us faster at
          [1,56,56,128], 33 at [1,28,28,256], 10-18 at 100k elements, 2 us slower at 50k, 9-12 us slower at 16k-32k;
          this model takes it from about 165k elements.
-  Not priced: Keras' hard swish, relu6(3 + y) * (1/6 * y), on a (depthwise) conv's BiasAdd. In a plain graph TF's
-         remapper fuses it (BiasAdd, _FusedHardSwish; 155 against 271 us per copy at [1,56,56,72]), but inside a
-         SavedModel's function body, as served, it stays four ops (checked on a one-layer SavedModel and on
-         MobileNetV3-Large's rewritten graph: no fewer Relu6 kernels, latency unchanged), so pricing it would only
-         steer extraction away from the cheaper form that folds the 1/6 into the next convolution.
+  hardswish  Mul(Mul(Relu6(AddV2(3, y)), 1/6), y), where y is a Conv2D's or DepthwiseConv2dNative's BiasAdd read by
+         nothing else: one _MklNativeFused{Conv2D,DepthwiseConv2dNative} with fused_ops [BiasAdd, _FusedHardSwish]
+         (TF's remapper, FindContractionWithBiasAddAndHardSwish; oneDNN only). The remapper's patterns are that
+         form and Mul(Mul(Relu6(..), y), 1/6), but Grappler's constant push-down runs first and rewrites a product
+         with the scalar outside (Keras' relu6(3 + y) * (1/6 * y), and the second pattern) into a form that depends
+         on node names: with the emitter's names it did not fuse (a three-layer Conv / DepthwiseConv + BN + hard swish
+         Keras model, all forms but this one; renaming the nodes in reverse order broke even this one, so the form
+         is what the emitter's names are known to fuse, not a law). Rules A07/A08 (rules/activation.rules) reach it.
+         The four nodes are one pattern: each fuses only when the next one reads it (Fused.consumers), the AddV2 and
+         the last Mul both read y (partners). Measured (one thread, 6 layers [1,28,28,64], paired, 12 blocks, /tmp
+         script): conv + bias + hard swish fused 0.98x of conv + bias + Relu (1x1 conv), 0.94x (depthwise), where
+         AddV2 + Relu6 + Mul as separate ops made it 0.90x / 0.85x; so each node costs its fused arithmetic. Until
+         this was priced, extraction folded the 1/6 into the next convolution (one Mul less) and the other three ran
+         as separate ops: on MobileNetV3-Small the e-graph gain went 1.03x -> 1.16x (BENCHMARKS.md).
   Hazard: a bias-semantic AddV2 on a contraction, where a BiasAdd would do. On MobileNetV3-Large's rewritten graph
          (a depthwise conv's folded BatchNorm left as AddV2(conv, bias), then Keras' hard swish, the squeeze-excite
          Mean and its Conv2D + BiasAdd) TF's remapper failed ("Mutation::Apply error: fanout 'activation_16_1/mul'
@@ -91,7 +100,10 @@ ACTIVATIONS = {"Relu": CONTRACTIONS, "ReluSix": CONTRACTIONS,
 # fuses otherwise, and the bias forms (a bias-semantic AddV2 is oneDNN's)
 EIGEN_ACTIVATIONS = {"Relu": CONTRACTIONS, "ReluSix": CONTRACTIONS}
 # activation -> contractions whose BiasAdd it joins in one kernel (Device.fused_activations)
-FUSED_ACTIVATIONS = (("swish", ("Conv2D",)), ("gelu", ("MatMul",)))
+FUSED_ACTIVATIONS = (("swish", ("Conv2D",)), ("gelu", ("MatMul",)),
+                     ("hardswish", ("Conv2D", "DepthwiseConv2dNative")))
+# the hard swish's constants, as the remapper checks them (module docstring, "hardswish")
+HARD_SWISH_CONSTANTS = (3.0, 1.0 / 6.0)
 # activations that also join a Conv2D + FusedBatchNormV3: the two measured (the remapper excludes Sigmoid; Tanh there
 # was not checked, so it is not discounted)
 BN_ACTIVATIONS = frozenset({"Relu", "ReluSix"})
@@ -129,18 +141,19 @@ def _bias_semantic_sides(exp: Exported, n, offers: dict) -> list[tuple[int, set[
 
 def fused_nodes(exp: Exported, contractions=CONTRACTIONS, activations=FUSED_ACTIVATIONS,
                 onednn: bool = True) -> dict[int, str]:
-    """node index -> 'bias' | 'bn' | 'act' | 'swish' | 'gelu' for every e-node that runs as the epilogue of a fused
-    contraction, the contractions limited to `contractions` and `activations` (the ones whose fusion pays on the
-    device: Device), with oneDNN's ops on or off (Device.onednn)."""
+    """node index -> 'bias' | 'bn' | 'act' | 'swish' | 'gelu' | 'hardswish' for every e-node that runs as the
+    epilogue of a fused contraction, the contractions limited to `contractions` and `activations` (the ones whose
+    fusion pays on the device: Device), with oneDNN's ops on or off (Device.onednn)."""
     return {i: site.kind for i, site in fusion_sites(exp, contractions, activations, onednn).items()}
 
 
 @dataclasses.dataclass(frozen=True)
 class Site:
-    kind: str                   # 'bias' | 'bn' | 'act' | 'swish' | 'gelu'
+    kind: str                   # 'bias' | 'bn' | 'act' | 'swish' | 'gelu' | 'hardswish'
     reads: int                  # the class it takes the fused kernel's output from
     producers: frozenset[int]   # the nodes of `reads` it fuses with (the contractions; the fused bias / bn nodes)
     partners: frozenset[int] = frozenset()      # other nodes of the same epilogue that read `reads` too
+    consumers: frozenset[int] = frozenset()     # the pattern's next nodes, without which it does not fuse (Fused)
 
 
 def fusion_sites(exp: Exported, contractions=CONTRACTIONS, activations=FUSED_ACTIVATIONS,
@@ -190,6 +203,7 @@ def fusion_sites(exp: Exported, contractions=CONTRACTIONS, activations=FUSED_ACT
         view = _View(exp)
         _swish_sites(view, kinds.get("swish", ()), fused)
         _gelu_sites(view, kinds.get("gelu", ()), fused)
+        _hardswish_sites(view, kinds.get("hardswish", ()), fused)
     return fused
 
 
@@ -199,9 +213,13 @@ class _View:
     def __init__(self, exp: Exported):
         self.g = exp.egraph
         self.shapes = exp.shapes
+        self.scalars = exp.scalars
         self.by_op: dict[str, dict[int, list[int]]] = {}     # op -> class -> its nodes
+        self._readers: dict[tuple[str, int], list[int]] = {}  # (op, class) -> the nodes of op reading the class
         for i, n in enumerate(self.g.nodes):
             self.by_op.setdefault(n.op, {}).setdefault(n.eclass, []).append(i)
+            for k in dict.fromkeys(n.children):
+                self._readers.setdefault((n.op, k), []).append(i)
 
     def nodes(self, op: str, cls: Optional[int]) -> list[int]:
         return self.by_op.get(op, {}).get(cls, []) if cls is not None else []
@@ -225,6 +243,20 @@ class _View:
 
     def binary(self, op: str) -> list[int]:
         return [i for i, n in enumerate(self.g.nodes) if n.op == op and len(n.children) == 2]
+
+    def is_value(self, c: int, value: float) -> bool:
+        """Class c is a scalar constant equal to `value` (to float32's precision)."""
+        v = self.scalars.get(c)
+        return v is not None and abs(v - value) <= 1e-6 * abs(value)
+
+    def readers(self, op: str, child: int) -> list[int]:
+        """The nodes of `op` that read class `child` (as any operand)."""
+        return self._readers.get((op, child), [])
+
+    def other(self, i: int, c: int) -> Optional[int]:
+        """The operand class of binary node i that is not c (None when i does not read c, or reads it twice)."""
+        a, b = self.g.nodes[i].children
+        return b if a == c and b != c else a if b == c and a != c else None
 
 
 def _gelu_sites(v: _View, contractions, fused: dict) -> None:
@@ -270,6 +302,47 @@ def _swish_sites(v: _View, contractions, fused: dict) -> None:
                 partners = fused[j].partners if j in fused and fused[j].kind == "swish" else frozenset()
                 fused[j] = Site("swish", y, producers, partners | {m})
             break
+
+
+def _hardswish_sites(v: _View, contractions, fused: dict) -> None:
+    """Add the four nodes of every hard swish Mul(Mul(Relu6(AddV2(3, y)), 1/6), y) (module docstring, "hardswish";
+    the AddV2's operands in either order, the Muls' as written) whose input y a BiasAdd on one of `contractions`
+    computes. Each node reads the one before it and fuses only if the next one reads it (consumers); the AddV2 and
+    the last Mul both read y (partners)."""
+    if not contractions:
+        return
+    three, sixth = HARD_SWISH_CONSTANTS
+    g = v.g
+    for y, producers in sorted(v.biases(contractions).items()):
+        for a in v.readers("AddV2", y):
+            if not v.is_value(v.other(a, y), three):
+                continue
+            a_cls = g.nodes[a].eclass
+            for r in v.readers("ReluSix", a_cls):
+                r_cls = g.nodes[r].eclass
+                for m in v.readers("Mul", r_cls):
+                    m_cls = g.nodes[m].eclass
+                    if g.nodes[m].children[0] != r_cls or not v.is_value(g.nodes[m].children[1], sixth):
+                        continue
+                    for out in v.readers("Mul", m_cls):
+                        if g.nodes[out].children != (m_cls, y):
+                            continue
+                        _join(fused, a, Site("hardswish", y, producers, frozenset({out}), frozenset({r})))
+                        # the Relu6 may also be a bias's activation (C12 puts BiasAdd(conv, b + 3) in the AddV2's
+                        # class): it fuses after either producer; that bias reads y's convolution, which y's BiasAdd
+                        # reads too, so neither fuses there and the whole pattern runs alone (extract/dag.py unfused)
+                        _join(fused, r, Site("hardswish", a_cls, frozenset({a}), frozenset(), frozenset({m})))
+                        _join(fused, m, Site("hardswish", r_cls, frozenset({r}), frozenset(), frozenset({out})))
+                        _join(fused, out, Site("hardswish", m_cls, frozenset({m})))
+
+
+def _join(fused: dict, i: int, site: Site) -> None:
+    """fused[i] = site, with the producers, partners and consumers i already has (i in several patterns)."""
+    old = fused.get(i)
+    if old is not None and old.reads == site.reads:
+        site = Site(site.kind, site.reads, old.producers | site.producers, old.partners | site.partners,
+                    old.consumers | site.consumers)
+    fused[i] = site
 
 
 def matmul_bias_sites(exp: Exported, onednn: bool = True) -> dict[int, Site]:

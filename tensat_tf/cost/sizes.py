@@ -27,10 +27,11 @@ BINARY = frozenset("""AddV2 Mul Sub RealDiv SquaredDifference Maximum Minimum"""
 
 def exported(eg, ing) -> Exported:
     """The e-graph `eg` exported (egraph/export.py), its missing elementwise shapes completed (complete_shapes) and
-    the sizes of ingest `ing` (an Ingested) attached."""
+    the sizes and scalar values of ingest `ing` (an Ingested) attached."""
     exp = export.export(eg, ing.roots)
     complete_shapes(exp)
     attach(exp, ing.sizes, ing.output_lets, ing.batch_bases)
+    export.attach_scalars(exp, ing.scalars)
     return exp
 
 

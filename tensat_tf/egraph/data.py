@@ -27,11 +27,15 @@ class Fused:
     """A node priced as the epilogue of the kernel that computes class `reads` (a bias on a convolution, an
     activation on that bias). TF fuses it only when the node chosen for `reads` is one of `producers` and this node
     is its only reader, `partners` aside (a root counts as a reader); otherwise the node costs `extra` more.
-    `partners`: the other nodes of an epilogue that reads `reads` twice (swish: Sigmoid(y) and Mul(y, Sigmoid(y)))."""
+    `partners`: the other nodes of an epilogue that reads `reads` twice (swish: Sigmoid(y) and Mul(y, Sigmoid(y))).
+    `consumers`: when not empty, the node is the inner part of a pattern that fuses only whole: it fuses only when its
+    own class is read by one of these nodes and by nothing else (no root either), and that reader fuses too (a hard
+    swish's AddV2, Relu6 and first Mul; without its last Mul the rest runs as separate ops, cost/fusion.py)."""
     reads: int
     extra: float
     producers: frozenset[int]
     partners: frozenset[int] = frozenset()
+    consumers: frozenset[int] = frozenset()
 
 
 @dataclasses.dataclass

@@ -22,6 +22,8 @@ class Exported:
     # Tensor class id -> symbolic sizes where `shapes` has -1, and the batch symbols (tensat_tf/cost/sizes.py)
     sizes: dict = dataclasses.field(default_factory=dict)
     batch_bases: frozenset = frozenset()
+    # Tensor class id -> its value, for a class holding a one-element floating Weight or an FConst (attach_scalars)
+    scalars: dict = dataclasses.field(default_factory=dict)
 
 
 def _decoder(b, sort: str):
@@ -90,3 +92,13 @@ def export(eg, roots_lets: list[str]) -> Exported:
     graph = EGraphData.build(nodes, [lets[r] for r in roots_lets])
     # classes that only appear as children (never as a node's output) cannot exist in a consistent export
     return Exported(graph, lets, shapes, sorts, made)
+
+
+def attach_scalars(exp: Exported, weight_scalars: dict) -> None:
+    """Set exp.scalars from the FConst nodes' literals and from `weight_scalars` (Weight id -> value: ingest's
+    Ingested.scalars), for what the cost model reads of a constant's value (cost/fusion.py's hard swish)."""
+    for n in exp.egraph.nodes:
+        if n.op == "FConst":
+            exp.scalars[n.eclass] = float(n.payload[0])
+        elif n.op == "Weight" and n.payload[0] in weight_scalars:
+            exp.scalars[n.eclass] = weight_scalars[n.payload[0]]

@@ -67,6 +67,8 @@ class Ingested:
     batch_bases: frozenset = frozenset()
     # the e-graph mode analysis of the symbols (ReshapeS's emitter reads a symbol's graph input from its base_origin)
     symbols: Optional[symbolic.Analysis] = None
+    # Weight id -> the value of a one-element floating weight (what cost/fusion.py's hard swish checks: 3 and 1/6)
+    scalars: dict[int, float] = _empty(dict)
 
     @property
     def typed(self) -> dict[str, Original]:
@@ -273,6 +275,8 @@ class _Ingest:
                 self.commands.append(L.fact("Positive", [L.call("Weight", [L.lit(wid)])]))
             if np.issubdtype(arr.dtype, np.floating):
                 self.commands.append(L.fact("Floating", [L.call("Weight", [L.lit(wid)])]))
+                if arr.size == 1:
+                    self.ing.scalars[wid] = float(arr.reshape(()))
         return self.ing
 
     def _node(self, idx: int, node) -> None:

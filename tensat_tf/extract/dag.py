@@ -47,8 +47,10 @@ def dag_cost(egraph: EGraphData, choice: Choice) -> float:
 def unfused(egraph: EGraphData, choice: Choice, needed: Optional[list[int]] = None) -> set[int]:
     """The chosen fused nodes (EGraphData.fused) that run as separate ops in the program `choice` describes: the node
     chosen for their `reads` is not one of their producers, or another node reads it (partners aside; a root counts
-    as a reader), or that producer is itself a fused node that runs separately (an activation on a bias that did not
-    fuse into its convolution runs alone too). `needed`: reachable_classes(egraph, choice), when the caller has it."""
+    as a reader), or their `consumers` are not their class's only readers, or a fused node they depend on runs
+    separately: their producer (an activation on a bias that did not fuse into its convolution runs alone too) or the
+    consumer that reads them (a pattern fuses whole or not at all). `needed`: reachable_classes(egraph, choice), when
+    the caller has it."""
     if not egraph.fused:
         return set()
     if needed is None:
@@ -59,23 +61,28 @@ def unfused(egraph: EGraphData, choice: Choice, needed: Optional[list[int]] = No
     for c in needed:
         for k in egraph.nodes[choice[c]].children:
             readers[k].add(choice[c])
-    out: set[int] = set()
-    state: dict[int, bool] = {}                         # fused node -> runs alone (memo along producer chains)
-
-    def runs_alone(i: int) -> bool:
-        if i not in state:
-            state[i] = False                            # a cyclic choice: treat the back edge as fused
-            f = egraph.fused[i]
-            j = choice.get(f.reads)
-            state[i] = bool(readers[f.reads] - {i} - f.partners or j not in f.producers
-                            or (j in egraph.fused and runs_alone(j)))
-        return state[i]
-
-    for c in needed:
-        i = choice[c]
-        if i in egraph.fused and runs_alone(i):
-            out.add(i)
-    return out
+    chosen = [choice[c] for c in needed if choice[c] in egraph.fused]
+    alone: set[int] = set()
+    for i in chosen:
+        f = egraph.fused[i]
+        own = readers[egraph.nodes[i].eclass]
+        if (readers[f.reads] - {i} - f.partners or choice.get(f.reads) not in f.producers
+                or (f.consumers and (not own or own - f.consumers))):
+            alone.add(i)
+    # what runs alone spreads to the fused nodes that depend on it, both ways, to a fixpoint
+    depends: dict[int, list[int]] = defaultdict(list)   # node -> the chosen fused nodes that run alone if it does
+    for i in chosen:
+        f = egraph.fused[i]
+        depends[choice[f.reads]].append(i)
+        for k in readers[egraph.nodes[i].eclass] & f.consumers:
+            depends[k].append(i)
+    work = sorted(alone)
+    while work:
+        for i in depends.get(work.pop(), ()):
+            if i not in alone:
+                alone.add(i)
+                work.append(i)
+    return alone
 
 
 def class_graph(egraph: EGraphData, choice: Choice) -> nx.DiGraph:

@@ -18,8 +18,10 @@ Model, on the reduced e-graph (reduce.py):
              and i is its only reader, partners(i) aside): a column 0 <= p_i <= 1 of cost e_i, p_i >= x_i + x_m - 1
              for every other node m with child k, not a partner (p_i >= x_i when k is a root), and
              p_i >= x_i - sum_{j in producers(i)} x_j, and p_i >= x_i + p_j - 1 for each producer j that is
-             itself fused and may run alone: p_i is 1 exactly when the program pays the extra, as dag.unfused
-             counts
+             itself fused and may run alone; with consumers(i): p_i >= x_i + x_m - 1 for every other node m
+             reading i's class (p_i >= x_i when it is a root), p_i >= x_i - sum_{k in consumers(i)} x_k, and
+             p_i >= x_i + p_k - 1 for each consumer k that may run alone: p_i is 1 exactly when the program pays
+             the extra, as dag.unfused counts
 Acyclicity, two ways (chosen by measurement, see BENCHMARKS.md):
   "order": a real t_c per class, only for classes on a cycle of the e-graph (a strongly connected component, SCC):
            t_c - t_k >= 1 - M (1 - sum_{i in c, k in kids(i)} x_i)  for each class edge c->k inside one SCC,
@@ -143,9 +145,14 @@ class _Model:
                 if f is not None and f.reads in red.classes:
                     sides[i] = ([o for o in readers.get(f.reads, ()) if o != i and o not in f.partners],
                                 [j for j in red.classes[f.reads] if j in f.producers])
+            # fused node with consumers -> (the other readers of its class, its consumers)
+            downs = {i: ([o for o in readers.get(egraph.nodes[i].eclass, ()) if o not in egraph.fused[i].consumers],
+                         [k for k in readers.get(egraph.nodes[i].eclass, ()) if k in egraph.fused[i].consumers])
+                     for i in sides if egraph.fused[i].consumers}
             may_pay = {i for i, (others, producers) in sides.items() if others or egraph.fused[i].reads in roots
-                       or len(producers) < len(red.classes[egraph.fused[i].reads])}
-            # a fused node whose producer may itself run alone may run alone too (dag.unfused): to a fixpoint
+                       or len(producers) < len(red.classes[egraph.fused[i].reads]) or i in downs}
+            # a fused node whose producer or consumer may itself run alone may run alone too (dag.unfused): to a
+            # fixpoint
             grown = True
             while grown:
                 grown = False
@@ -156,6 +163,16 @@ class _Model:
             for i in sorted(may_pay):
                 self.penalty[i] = (m.add_col(f"p{i:0{node_width}d}", float(egraph.fused[i].extra), 0, 1, False),
                                    *sides[i])
+            for i, (others, consumers) in downs.items():
+                p = self.penalty[i][0]
+                if egraph.nodes[i].eclass in roots:
+                    m.add_row([p, cols[i]], [1.0, -1.0], lo=0)
+                for o in others:
+                    m.add_row([p, cols[i], cols[o]], [1.0, -1.0, -1.0], lo=-1)
+                m.add_row([p, cols[i]] + [cols[k] for k in consumers], [1.0, -1.0] + [1.0] * len(consumers), lo=0)
+                for k in consumers:                                     # p_i >= x_i + p_k - 1
+                    if k in self.penalty:
+                        m.add_row([p, cols[i], self.penalty[k][0]], [1.0, -1.0, -1.0], lo=-1)
             for i, (p, others, producers) in self.penalty.items():     # rows only once every column is in
                 if egraph.fused[i].reads in roots:
                     m.add_row([p, cols[i]], [1.0, -1.0], lo=0)

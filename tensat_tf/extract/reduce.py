@@ -11,8 +11,10 @@ Each step removes only nodes that no optimal acyclic choice needs:
      fusion needs b's: dag.unfused), and a's as not. Swapping a for b in any
      acyclic choice keeps it acyclic (b's edges are a subset of a's, into classes already chosen) and costs no more
      (b reads fewer classes, so no other node's extra is added), provided b is a producer of every fused node a is
-     one of (a conv that a bias fuses with is not dominated by a cheaper Split output) and a partner of every one
-     a is a partner of (a swish's Sigmoid is not dominated by another reader of its input). Equal pairs keep the lowest
+     one of (a conv that a bias fuses with is not dominated by a cheaper Split output), a partner of every one
+     a is a partner of (a swish's Sigmoid is not dominated by another reader of its input) and a consumer of every
+     one a is a consumer of (a hard swish's last Mul is not dominated by a Mul that ends no pattern). Equal pairs keep
+     the lowest
      id, so the relation is a strict order and every removed node has a kept dominator.
   4. Classes unreachable from the roots through the remaining nodes, and their nodes.
 """
@@ -80,28 +82,36 @@ def _drop_ungroundable(egraph: EGraphData, kids: list[tuple[int, ...]], alive: l
             alive[i] = False
 
 
-def _chain_extra(egraph: EGraphData, i: int, produces: dict[int, set[int]], memo: dict[int, float]) -> float:
-    """The most that choosing fused node i can add in extras: its own, and, as a producer that may run alone, those of
-    the fused nodes it produces for, down the chain (dag.unfused). 0 for a node that is not fused."""
+def _chain_extra(egraph: EGraphData, i: int, linked: dict[int, set[int]]) -> float:
+    """The most that choosing fused node i can add in extras: its own, and those of every fused node that runs alone
+    when it does, through producers and consumers, to a fixpoint (dag.unfused). 0 for a node that is not fused."""
     if i not in egraph.fused:
         return 0.0
-    if i not in memo:
-        memo[i] = egraph.fused[i].extra
-        memo[i] += sum(_chain_extra(egraph, j, produces, memo) for j in sorted(produces.get(i, ())))
-    return memo[i]
+    seen, work = {i}, [i]
+    while work:
+        for j in linked.get(work.pop(), ()):
+            if j not in seen:
+                seen.add(j)
+                work.append(j)
+    return sum(egraph.fused[j].extra for j in seen)
 
 
 def _drop_dominated(egraph: EGraphData, kids: list[tuple[int, ...]], alive: list[bool], keep: frozenset[int]) -> None:
     cost = [n.cost for n in egraph.nodes]
     produces: dict[int, set[int]] = {}          # node -> the fused nodes it is a producer for
     partner: dict[int, set[int]] = {}           # node -> the fused nodes it is a partner of
+    consumes: dict[int, set[int]] = {}          # node -> the fused nodes it is a consumer of
+    linked: dict[int, set[int]] = {}            # node -> the fused nodes that run alone when it does
     for f_node, f in egraph.fused.items():
         for j in f.producers:
             produces.setdefault(j, set()).add(f_node)
+            linked.setdefault(j, set()).add(f_node)
         for j in f.partners:
             partner.setdefault(j, set()).add(f_node)
-    memo: dict[int, float] = {}
-    worst = [c + _chain_extra(egraph, i, produces, memo) for i, c in enumerate(cost)]
+        for j in f.consumers:
+            consumes.setdefault(j, set()).add(f_node)
+            linked.setdefault(j, set()).add(f_node)
+    worst = [c + _chain_extra(egraph, i, linked) for i, c in enumerate(cost)]
     none: set[int] = set()
     for members in egraph.classes:
         live = [i for i in members if alive[i]]
@@ -114,7 +124,8 @@ def _drop_dominated(egraph: EGraphData, kids: list[tuple[int, ...]], alive: list
             for b in live:
                 if b == a or not (sets[b] <= sets[a] and worst[b] <= cost[a]
                                   and produces.get(a, none) <= produces.get(b, none)
-                                  and partner.get(a, none) <= partner.get(b, none)):
+                                  and partner.get(a, none) <= partner.get(b, none)
+                                  and consumes.get(a, none) <= consumes.get(b, none)):
                     continue
                 if sets[b] != sets[a] or worst[b] < cost[a] or b < a:
                     alive[a] = False
