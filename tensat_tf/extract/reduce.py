@@ -82,9 +82,20 @@ def _drop_ungroundable(egraph: EGraphData, kids: list[tuple[int, ...]], alive: l
             alive[i] = False
 
 
-def _chain_extra(egraph: EGraphData, i: int, linked: dict[int, set[int]]) -> float:
-    """The most that choosing fused node i can add in extras: its own, and those of every fused node that runs alone
-    when it does, through producers and consumers, to a fixpoint (dag.unfused). 0 for a node that is not fused."""
+def _chain_extra(egraph: EGraphData, i: int, produces: dict[int, set[int]], memo: dict[int, float]) -> float:
+    """The most that choosing fused node i can add in extras: its own, and, as a producer that may run alone, those of
+    the fused nodes it produces for, down the chain (dag.unfused). 0 for a node that is not fused."""
+    if i not in egraph.fused:
+        return 0.0
+    if i not in memo:
+        memo[i] = egraph.fused[i].extra
+        memo[i] += sum(_chain_extra(egraph, j, produces, memo) for j in sorted(produces.get(i, ())))
+    return memo[i]
+
+
+def _pattern_extra(egraph: EGraphData, i: int, linked: dict[int, set[int]]) -> float:
+    """What choosing node i can add in extras of the fused nodes that run alone when it does, through consumers as
+    well as producers (Fused.consumers: a pattern fuses whole), each counted once. 0 for a node that is not fused."""
     if i not in egraph.fused:
         return 0.0
     seen, work = {i}, [i]
@@ -111,7 +122,12 @@ def _drop_dominated(egraph: EGraphData, kids: list[tuple[int, ...]], alive: list
         for j in f.consumers:
             consumes.setdefault(j, set()).add(f_node)
             linked.setdefault(j, set()).add(f_node)
-    worst = [c + _chain_extra(egraph, i, linked) for i, c in enumerate(cost)]
+    memo: dict[int, float] = {}
+    worst = [c + _chain_extra(egraph, i, produces, memo) for i, c in enumerate(cost)]
+    if consumes:
+        # a pattern's nodes also make their producers run alone: an upper bound on top of the chain's (graphs
+        # without such patterns keep exactly the bound they had, and so the same reductions)
+        worst = [w + _pattern_extra(egraph, i, linked) for i, w in enumerate(worst)]
     none: set[int] = set()
     for members in egraph.classes:
         live = [i for i in members if alive[i]]
