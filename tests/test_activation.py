@@ -15,17 +15,17 @@ SWISH = ["A01-conv-swish-as-tanh", "A02-conv-swish-as-tanh-left", "A03-depthwise
          "A06-depthwise-scaled-swish-as-tanh-left"]
 
 
-def _conv_bias_swish(dtype, depthwise: bool, sigmoid_left: bool, scaled: bool = False):
+def _conv_bias_swish(dtype, depthwise: bool, sigmoid_left: bool, scaled: bool = False, hw: int = 8, c: int = 4):
     rng = np.random.default_rng(0)
     g = tf.Graph()
     with g.as_default():
-        x = tf.compat.v1.placeholder(dtype, [None, 8, 8, 4], name="x")
+        x = tf.compat.v1.placeholder(dtype, [None, hw, hw, c], name="x")
         if depthwise:
-            y = tf.nn.depthwise_conv2d(x, tf.constant(rng.normal(size=(3, 3, 4, 1)), dtype), [1, 1, 1, 1], "SAME")
+            y = tf.nn.depthwise_conv2d(x, tf.constant(rng.normal(size=(3, 3, c, 1)), dtype), [1, 1, 1, 1], "SAME")
             if scaled:      # a batch norm's scale not folded into the filter yet (A05/A06)
-                y = y * tf.constant(rng.uniform(0.5, 1.5, size=4), dtype)
+                y = y * tf.constant(rng.uniform(0.5, 1.5, size=c), dtype)
         else:
-            y = tf.nn.conv2d(x, tf.constant(rng.normal(size=(3, 3, 4, 6)), dtype), 1, "SAME")
+            y = tf.nn.conv2d(x, tf.constant(rng.normal(size=(3, 3, c, 6)), dtype), 1, "SAME")
         y = tf.nn.bias_add(y, tf.constant(rng.normal(size=y.shape[-1]), dtype))
         s = tf.sigmoid(y)
         tf.identity(s * y if sigmoid_left else y * s, name="out")
@@ -54,10 +54,12 @@ def test_swish_after_a_conv_bias_runs_as_tanh_in_the_models_dtype(dtype, depthwi
     np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=tol, atol=tol)
 
 
-def test_the_onednn_profile_keeps_the_fused_swish():
-    """With oneDNN TF fuses conv + bias + swish into one kernel (tensat_tf/cost/fusion.py): the rule's form, three
-    kernels after the conv, is not cheaper there, so the pass keeps its input."""
-    gd, item = _conv_bias_swish(tf.float32, False, False)
+@pytest.mark.parametrize("depthwise", [False, True])
+def test_the_onednn_profile_keeps_the_swish(depthwise):
+    """With oneDNN TF fuses conv + bias + swish into one kernel, and runs a depthwise conv's swish as one _MklSwish
+    (tensat_tf/cost/fusion.py, "swish", "mklswish"): the rules' form, three kernels after the conv, is not cheaper
+    there, so the pass keeps its input. (Priced as a Sigmoid and a Mul, the depthwise swish took the Tanh form.)"""
+    gd, item = _conv_bias_swish(tf.float32, depthwise, False, hw=56, c=32)    # large enough for Tanh to pay
     p = TensatPass(EngineOptions(enable_rules=SWISH, device="cpu"))
     out = p.optimize(gd, item)
-    assert "Sigmoid" in [n.op for n in out.node] and not p.stats.rules_applied
+    assert "Sigmoid" in [n.op for n in out.node] and not p.stats.rules_applied, p.stats.rules_applied

@@ -101,9 +101,10 @@ def test_swish_joins_a_conv_and_its_biasadd_only():
         assert {i: s.kind for i, s in sites.items()} == {4: "bias", 5: "swish", 6: "swish"}
         assert sites[5] == fusion.Site("swish", 4, frozenset({4}), frozenset({6}))
         assert sites[6] == fusion.Site("swish", 4, frozenset({4}), frozenset({5}))
-    # measured: after a bias-semantic AddV2, or a depthwise conv's or MatMul's bias, the swish is a separate kernel
-    assert fusion.fused_nodes(swish(bias_op="AddV2")) == {4: "bias"}
-    assert fusion.fused_nodes(swish("DepthwiseConv2dNative", w=(3, 3, 32, 1), x=Y)) == {4: "bias"}
+    # measured: after a bias-semantic AddV2, or a depthwise conv's or MatMul's bias, the swish is a separate kernel,
+    # one _MklSwish: its Sigmoid runs inside the Mul ("mklswish")
+    assert fusion.fused_nodes(swish(bias_op="AddV2")) == {4: "bias", 5: "mklswish"}
+    assert fusion.fused_nodes(swish("DepthwiseConv2dNative", w=(3, 3, 32, 1), x=Y)) == {4: "bias", 5: "mklswish"}
     # priced: the fused swish costs its arithmetic, and each node's fusion allows the other as a reader of class 4
     costs, fused = analytic.priced(swish())
     plain = analytic.costs(swish(), fusion=False)
@@ -463,3 +464,28 @@ def test_a_pass_writes_keras_hard_swish_in_the_form_tf_fuses():
     kernels = [ns.timeline_label.split(" = ", 1)[1].split("(", 1)[0] for d in md.step_stats.dev_stats
                for ns in d.node_stats if " = " in ns.timeline_label]
     assert not {"Relu6", "AddV2", "Mul"} & set(kernels), kernels
+
+
+def test_a_swish_no_conv_takes_is_one_mklswish_kernel():
+    """cost/fusion.py "mklswish": with oneDNN the Sigmoid of Mul(y, Sigmoid(y)) runs inside the Mul whatever computes
+    y and whoever else reads it, priced at the swish's measured arithmetic (cheaper than the Tanh form A03/A04 write
+    for Eigen); it runs alone when something else reads the Sigmoid; Eigen has no such kernel."""
+    dw = swish("DepthwiseConv2dNative", w=(3, 3, 32, 1), x=Y)
+    site = fusion.fusion_sites(dw)[5]
+    assert (site.kind, site.reads, site.consumers) == ("mklswish", 4, {6}) and site.partners == {5, 6}
+    assert 5 not in eigen_sites(dw)
+    costs, fused = analytic.priced(dw)
+    plain = analytic.costs(dw, fusion=False)
+    n = int(np.prod(Y))
+    assert costs[5] == pytest.approx(n * 40.0 / (CPU.peak_gflops * 1e6)) and costs[6] == plain[6]
+    assert fused[5].extra == pytest.approx(plain[5] - costs[5]) and fused[5].consumers == {6}
+    # the swish (Mul + fused Sigmoid) against h + h tanh(h) (Tanh, Mul, AddV2): the swish is cheaper
+    tanh_form = analytic.node_cost("Tanh", None, [Y], Y) + 2 * analytic.node_cost("Mul", None, [Y, Y], Y)
+    assert costs[5] + costs[6] < tanh_form
+    # a second reader of the Sigmoid: TF runs Sigmoid and Mul apart
+    shared = egraph([(n.op, n.eclass, n.children, n.payload) for n in dw.egraph.nodes]
+                    + [("Relu", 7, (5,), ()), ("AddV2", 8, (6, 7), ())], {**dw.shapes, 7: Y, 8: Y})
+    from tensat_tf.extract import dag
+    g = shared.egraph.with_costs(*analytic.priced(shared))
+    choice = {c: members[0] for c, members in enumerate(g.classes)}
+    assert 6 in dag.reachable_classes(g, choice) and 5 in dag.unfused(g, choice)

@@ -330,7 +330,8 @@ def fusion_terms(exp: Exported, costs_ms: list[float], batch_size: int, device: 
         if is_folded(n, const):
             continue
         in_shapes, out_shape = node_shapes(exp, i, batch_size, unknown_dim, resolved)
-        price = fused_cost(n.op, in_shapes, out_shape, device)
+        # a Sigmoid run inside its swish's Mul (_MklSwish) costs the swish's arithmetic, the Mul its pass
+        price = fused_cost("Swish" if site.kind == "mklswish" else n.op, in_shapes, out_shape, device)
         if site.kind == "bias" and all(exp.egraph.nodes[j].op == "DepthwiseConv2dNative" for j in site.producers):
             # a Fused term, not a plain price as a MatMul's bias: F30 puts a depthwise conv in the class of a Mul,
             # and only the extracted depthwise takes the bias (on a small tensor, where the fixed cost exceeds the

@@ -122,6 +122,8 @@ class Device:
 #     400 more small ops adds 0.10 ms (0.26 us per op, which op_overhead_us 0.3 matches). For the transformer exports
 #     (0.4-0.6 ms per call) that fixed cost is a third of the time: without it their gains were predicted 1.15-1.23x
 #     against 0.98-1.11x measured.
+#   fused_flops_per_element_by_term Swish 40: a swish no conv takes runs as one _MklSwish, 0.475-0.505 ns per element
+#     beyond the layer's Relu form (cost/fusion.py, "mklswish"), of which the Mul's pass is ~0.13.
 #   fused_activations: MatMul + BiasAdd + TF's exact GELU is one _MklNativeFusedMatMul, the GELU 22 us over the
 #     matmul + bias at [784,96]x[96,384]; Conv2D + BiasAdd + swish likewise. Numbers in fusion.py.
 #   variable_weight_ns_per_element 0.13, variable_depthwise_us 8: the ops above were timed with Const filters, which
@@ -148,7 +150,8 @@ CPU = Device(
     flops_per_element_by_term=(("Tanh", 35.0), ("Sigmoid", 64.0), ("Erfc", 150.0)),
     strided_copy_efficiency=0.5, broadcast_efficiency=0.3, fused_contractions=("Conv2D", "DepthwiseConv2dNative"),
     fused_activations=FUSED_ACTIVATIONS, call_overhead_us=160.0, fused_matmul_us=4.5, fused_depthwise_us=4.0,
-    fused_flops_per_element_by_term=(("Erfc", 33.0),), onednn=True, variable_weight_ns_per_element=0.13,
+    fused_flops_per_element_by_term=(("Erfc", 33.0), ("Swish", 40.0)), onednn=True,
+    variable_weight_ns_per_element=0.13,
     variable_depthwise_us=8.0)
 # CPU_FROZEN: the same runtime serving with TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1 (README, "Serving on a CPU with
 # oneDNN"): every filter's reordered copy is kept, as a Const's is.
