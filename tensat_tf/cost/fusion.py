@@ -55,12 +55,12 @@ they are on is TF's choice per machine (see "Without oneDNN" at the end for the 
          pass plus the Sigmoid's arithmetic at Device.fused_flops_per_element("Swish"). Measured (6 layers of 3x3
          depthwise conv + bias + activation, one thread, paired, 12 blocks, /tmp script, the test suite running
          beside it): against the same layers with Relu, the swish adds 0.475 ns per element at [1,56,56,96] and
-         0.505 at [1,14,14,480], Sigmoid alone more (0.65 and 0.55: TF's Sigmoid kernel is slower than _MklSwish),
+         0.505 at [1,14,14,480], Sigmoid alone more (0.68 and 0.62: TF's Sigmoid kernel is slower than _MklSwish),
          and the form rules A03/A04 write for Eigen, h + h tanh(h) with the halving folded, 0.568 and 0.560: 10 %
          and 4 % slower per layer than the swish. Priced as a Sigmoid (64) and a Mul until now, the swish looked
          dearer than the Tanh form, which EfficientNet-B0's 16 depthwise swishes took.
   hardswish  Mul(Mul(Relu6(AddV2(3, y)), 1/6), y), where y is a Conv2D's or DepthwiseConv2dNative's BiasAdd read by
-         nothing else: one _MklNativeFused{Conv2D,DepthwiseConv2dNative} with fused_ops [BiasAdd, _FusedHardSwish]
+         nothing but the pattern: one _MklNativeFused{Conv2D,DepthwiseConv2dNative} with fused_ops [BiasAdd, _FusedHardSwish]
          (TF's remapper, FindContractionWithBiasAddAndHardSwish; oneDNN only). The remapper's patterns are that
          form and Mul(Mul(Relu6(..), y), 1/6), but Grappler's constant push-down runs first and rewrites a product
          with the scalar outside (Keras' relu6(3 + y) * (1/6 * y), and the second pattern) into a form that depends
@@ -72,7 +72,8 @@ they are on is TF's choice per machine (see "Without oneDNN" at the end for the 
          script): conv + bias + hard swish fused 0.98x of conv + bias + Relu (1x1 conv), 0.94x (depthwise), where
          AddV2 + Relu6 + Mul as separate ops made it 0.90x / 0.85x; so each node costs its fused arithmetic. Until
          this was priced, extraction folded the 1/6 into the next convolution (one Mul less) and the other three ran
-         as separate ops: on MobileNetV3-Small the e-graph gain went 1.03x -> 1.16x (BENCHMARKS.md).
+         as separate ops: MobileNetV3-Small's e-graph gain went 1.03x -> 1.16x in one paired run, 1.09x -> 1.13x
+         between two suite tables (BENCHMARKS.md).
   Hazard: a bias-semantic AddV2 on a contraction, where a BiasAdd would do. On MobileNetV3-Large's rewritten graph
          (a depthwise conv's folded BatchNorm left as AddV2(conv, bias), then Keras' hard swish, the squeeze-excite
          Mean and its Conv2D + BiasAdd) TF's remapper failed ("Mutation::Apply error: fanout 'activation_16_1/mul'
@@ -151,15 +152,15 @@ def _bias_semantic_sides(exp: Exported, n, offers: dict) -> list[tuple[int, set[
 
 def fused_nodes(exp: Exported, contractions=CONTRACTIONS, activations=FUSED_ACTIVATIONS,
                 onednn: bool = True) -> dict[int, str]:
-    """node index -> 'bias' | 'bn' | 'act' | 'swish' | 'gelu' | 'hardswish' for every e-node that runs as the
-    epilogue of a fused contraction, the contractions limited to `contractions` and `activations` (the ones whose
+    """node index -> 'bias' | 'bn' | 'act' | 'swish' | 'gelu' | 'hardswish' | 'mklswish' for every e-node that runs
+    as the epilogue of a fused contraction (or, 'mklswish', inside its swish's Mul), the contractions limited to `contractions` and `activations` (the ones whose
     fusion pays on the device: Device), with oneDNN's ops on or off (Device.onednn)."""
     return {i: site.kind for i, site in fusion_sites(exp, contractions, activations, onednn).items()}
 
 
 @dataclasses.dataclass(frozen=True)
 class Site:
-    kind: str                   # 'bias' | 'bn' | 'act' | 'swish' | 'gelu' | 'hardswish'
+    kind: str                   # 'bias' | 'bn' | 'act' | 'swish' | 'gelu' | 'hardswish' | 'mklswish'
     reads: int                  # the class it takes the fused kernel's output from
     producers: frozenset[int]   # the nodes of `reads` it fuses with (the contractions; the fused bias / bn nodes)
     partners: frozenset[int] = frozenset()      # other nodes of the same epilogue that read `reads` too
