@@ -60,13 +60,14 @@ they are on is TF's choice per machine (see "Without oneDNN" at the end for the 
          and 4 % slower per layer than the swish. Priced as a Sigmoid (64) and a Mul until now, the swish looked
          dearer than the Tanh form, which EfficientNet-B0's 16 depthwise swishes took.
   hardswish  Mul(Mul(Relu6(AddV2(3, y)), 1/6), y), where y is a Conv2D's or DepthwiseConv2dNative's BiasAdd read by
-         nothing but the pattern: one _MklNativeFused{Conv2D,DepthwiseConv2dNative} with fused_ops [BiasAdd, _FusedHardSwish]
-         (TF's remapper, FindContractionWithBiasAddAndHardSwish; oneDNN only). The remapper's patterns are that
-         form and Mul(Mul(Relu6(..), y), 1/6), but Grappler's constant push-down runs first and rewrites a product
-         with the scalar outside (Keras' relu6(3 + y) * (1/6 * y), and the second pattern) into a form that depends
-         on node names: with the emitter's names it did not fuse (a three-layer Conv / DepthwiseConv + BN + hard swish
-         Keras model, all forms but this one; renaming the nodes in reverse order broke even this one, so the form
-         is what the emitter's names are known to fuse, not a law). Rules A07/A08 (rules/activation.rules) reach it.
+         nothing but the pattern: one _MklNativeFused{Conv2D,DepthwiseConv2dNative} with fused_ops [BiasAdd,
+         _FusedHardSwish] (TF's remapper, FindContractionWithBiasAddAndHardSwish; oneDNN only). The remapper's
+         patterns are that form and Mul(Mul(Relu6(..), y), 1/6), but Grappler's constant push-down runs first and
+         rewrites a product with the scalar outside (Keras' relu6(3 + y) * (1/6 * y), and the second pattern) into a
+         form that depends on node names. With the emitter's names, on a three-layer Conv / DepthwiseConv + BN + hard
+         swish Keras model, only this form fused; with the nodes renamed in reverse order not even this one did, so
+         the form is what the emitter's names are known to fuse, not a law. Rules A07/A08 (rules/activation.rules)
+         reach it.
          The four nodes are one pattern: each fuses only when the next one reads it (Fused.consumers), the AddV2 and
          the last Mul both read y (partners). Measured (one thread, 6 layers [1,28,28,64], paired, 12 blocks, /tmp
          script): conv + bias + hard swish fused 0.98x of conv + bias + Relu (1x1 conv), 0.94x (depthwise), where
@@ -153,8 +154,9 @@ def _bias_semantic_sides(exp: Exported, n, offers: dict) -> list[tuple[int, set[
 def fused_nodes(exp: Exported, contractions=CONTRACTIONS, activations=FUSED_ACTIVATIONS,
                 onednn: bool = True) -> dict[int, str]:
     """node index -> 'bias' | 'bn' | 'act' | 'swish' | 'gelu' | 'hardswish' | 'mklswish' for every e-node that runs
-    as the epilogue of a fused contraction (or, 'mklswish', inside its swish's Mul), the contractions limited to `contractions` and `activations` (the ones whose
-    fusion pays on the device: Device), with oneDNN's ops on or off (Device.onednn)."""
+    as the epilogue of a fused contraction (or, 'mklswish', inside its swish's Mul), the contractions limited to
+    `contractions` and `activations` (the ones whose fusion pays on the device: Device), with oneDNN's ops on or off
+    (Device.onednn)."""
     return {i: site.kind for i, site in fusion_sites(exp, contractions, activations, onednn).items()}
 
 
@@ -215,7 +217,7 @@ def fusion_sites(exp: Exported, contractions=CONTRACTIONS, activations=FUSED_ACT
         _swish_sites(view, kinds.get("swish", ()), fused)
         _gelu_sites(view, kinds.get("gelu", ()), fused)
         _hardswish_sites(view, kinds.get("hardswish", ()), fused)
-        if "mklswish" in kinds and onednn:
+        if "mklswish" in kinds:
             _mklswish_sites(view, fused)
     return fused
 
@@ -314,8 +316,7 @@ def _swish_sites(v: _View, contractions, fused: dict) -> None:
                 continue
             fused[m] = Site("swish", y, producers, frozenset(sigmoids))
             for j in sigmoids:
-                partners = fused[j].partners if j in fused and fused[j].kind == "swish" else frozenset()
-                fused[j] = Site("swish", y, producers, partners | {m})
+                _join(fused, j, Site("swish", y, producers, frozenset({m})))
             break
 
 

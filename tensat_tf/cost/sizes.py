@@ -101,9 +101,9 @@ def attach(exp: Exported, sizes: dict, output_lets: dict, batch_bases: frozenset
 class Quotient:
     """A size known only as `dim` (an int, a symbolic.Sym, or None: unknown, priced as `--unknown_dim`) over `den`,
     rounded up: a dim that SpaceToBatchND splits over a run-time length (the padded length over the rate, the padding
-    left out). For pricing only: the shape analysis keeps such a dim unknown (-1). Without it a conv between SpaceToBatchND and BatchToSpaceND was priced at
-    the batch times the rate and at a whole `--unknown_dim` long (a WaveNet-like stack predicted 5.9x faster by the
-    dilated form, measured 1.33x; BENCHMARKS.md)."""
+    left out). For pricing only: the shape analysis keeps such a dim unknown (-1). Without it a conv between
+    SpaceToBatchND and BatchToSpaceND was priced at the batch times the rate and at a whole `--unknown_dim` long (a
+    WaveNet-like stack predicted 5.9x faster by the dilated form, measured 1.33x; BENCHMARKS.md)."""
     dim: object
     den: int
 
