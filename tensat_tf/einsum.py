@@ -9,10 +9,11 @@ removed, so rules match one spelling (`BTNH,BSNH->BNTS` is `abcd,aecd->acbe`); r
 what the op computes.
 
 The shape analysis reads an equation through `(einsum-spec EQ)`, a vector
-    [rank of operand 0, rank of operand 1, i_0, i_1, ...]
-where output dim k is dim i_k of the two operands' shapes appended (operand 0 first). The facts are set for the
-equations in KNOWN (those the rule files and their tests write) in every e-graph, and for each equation of an
-ingested graph at ingest.
+    [rank of operand 0, rank of operand 1, output rank r, i_0, ..., i_{r-1}, p_0, q_0, p_1, q_1, ...]
+where output dim k is dim i_k of the two operands' shapes appended (operand 0 first), and each pair (p, q) is two
+positions in that appended shape that carry one label: the output's shape is derived only where each pair's dims
+are equal (`Equation.same`). The facts are set for the equations in KNOWN (those the rule files and their tests
+write) in every e-graph, and for each equation of an ingested graph at ingest.
 """
 from __future__ import annotations
 
@@ -39,7 +40,19 @@ class Equation:
         where = {}
         for i, label in enumerate(a + b):
             where.setdefault(label, i)      # the first operand that carries a label gives its dim
-        return (len(a), len(b)) + tuple(where[label] for label in self.output)
+        return (len(a), len(b), len(self.output)) + tuple(where[label] for label in self.output) + self.same
+
+    @property
+    def same(self) -> tuple[int, ...]:
+        """Pairs of positions in the two operands' shapes appended that carry one label (each label is in each
+        operand at most once). TF requires their dims equal at run time, but the graph may spell them differently:
+        in a cross attention the query's batch is one graph input's symbol and the key's another's, and TF's own
+        inference leaves the product's batch unknown. Reading the label from operand 0 alone then gave a dim that
+        disagreed with ingest's fact (egglog's shape has one value per class: a panic, and the pass kept its input).
+        So the shape rules derive an output only where every pair is equal (they are the tail of `spec`: one fact per
+        equation, as before, so that e-graphs without such a pair number their values exactly as they did)."""
+        a, b = self.operands
+        return tuple(k for j, label in enumerate(b) if label in a for k in (a.index(label), len(a) + j))
 
     def label_dims(self, shapes: Sequence[Sequence[int]]) -> dict[str, int]:
         """label -> dim, from concrete operand shapes (first operand that carries it)."""

@@ -360,15 +360,21 @@ def _batch_matmul_rules() -> tuple[str, ...]:
 
 def _einsum_rules() -> tuple[str, ...]:
     """Output dim k is dim i_k of the operands' shapes appended, read from the equation's `einsum-spec` fact
-    (tensat_tf/einsum.py); one rule per output rank. The declaration and the facts of the KNOWN equations come
-    first; ingest sets the facts of the equations it meets."""
+    (tensat_tf/einsum.py), where the dims of every label both operands carry are equal (the fact's pairs; the
+    BatchMatMulV2 and elementwise rules ask the same of theirs); one rule per output rank and number of shared
+    labels. The declaration and the facts of the KNOWN equations come first; ingest sets the facts of the equations
+    it meets."""
     head = ["(function einsum-spec (String) IVec :no-merge)"] + [einsum.spec_fact(e) for e in einsum.KNOWN]
     rules = []
     for r in range(0, 7):
-        dims = " ".join(f"(vec-get sab (vec-get m {2 + k}))" for k in range(r))
-        rules.append(_rule("(= t (Einsum eq a b)) (= m (einsum-spec eq)) (= sa (shape a)) (= sb (shape b))",
-                           f"(= (vec-length m) {2 + r}) (= (vec-get m 0) (vec-length sa))",
-                           "(= (vec-get m 1) (vec-length sb)) (= sab (vec-append sa sb))", shape=f"(vec-of {dims})"))
+        dims = " ".join(f"(vec-get sab (vec-get m {3 + k}))" for k in range(r))
+        for shared in range(0, 7):
+            p = [f"(vec-get sab (vec-get m {3 + r + k}))" for k in range(2 * shared)]
+            same = " ".join(f"(= {p[2 * i]} {p[2 * i + 1]})" for i in range(shared))
+            rules.append(_rule("(= t (Einsum eq a b)) (= m (einsum-spec eq)) (= sa (shape a)) (= sb (shape b))",
+                               f"(= (vec-get m 2) {r}) (= (vec-length m) {3 + r + 2 * shared})",
+                               "(= (vec-get m 0) (vec-length sa)) (= (vec-get m 1) (vec-length sb))",
+                               "(= sab (vec-append sa sb))", same, shape=f"(vec-of {dims})"))
     return tuple(head + rules)
 
 
@@ -413,8 +419,11 @@ _SPECS = [
     OpSpec("Erfc", "Erfc", shape_rules=_same_shape("Erfc", 1)),
     OpSpec("ConcatV2", "ConcatV2", const_inputs=(ConstInput(-1, "axis", "int"),), n_tensor_inputs=2, variadic=True,
            index_type_attrs=("Tidx",),
+           # the other dims equal, as TF requires at run time (where two graph inputs' symbols meet, TF's inference
+           # may give either or neither: derived only where they agree, as for Einsum)
            shape_rules=(_rule(
                "(= t (ConcatV2 ax a b)) (= sa (shape a)) (= sb (shape b)) (= (vec-length sa) (vec-length sb))",
+               "(= (vec-set sa ax 0) (vec-set sb ax 0))",
                shape="(vec-set sa ax "
                      + _dim("(+ (vec-get sa ax) (vec-get sb ax))", "(vec-get sa ax)", "(vec-get sb ax)") + ")"),)),
     OpSpec("Split", "Split", (Attr("num_split", "int"),), const_inputs=(ConstInput(0, "axis", "int"),),
