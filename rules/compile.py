@@ -31,7 +31,7 @@ from tensat_tf.rules.syntax import Rule, RuleSyntaxError, Sexp, is_var, to_text,
 constructor_sorts = terms.arg_sorts
 
 # Guard heads that are conditions (facts of the e-graph), never values: _Ctx.fact compiles each.
-CONDITIONS = ("const", "positive", "float", "known", "distinct", "ordered")
+CONDITIONS = ("const", "positive", "float", "known", "distinct", "ordered", "few-readers")
 
 
 def ruleset_name(rule_name: str) -> str:
@@ -116,6 +116,8 @@ class _Ctx:
                 return f"(Positive {self.v(g[1])})"
             if g[0] == "float":        # a weight of a floating dtype, decided at ingest
                 return f"(Floating {self.v(g[1])})"
+            if g[0] == "few-readers":  # a graph tensor read by a few projections, decided at ingest
+                return f"(FewReaders {self.v(g[1])})"
             if g[0] == "known":
                 return f"(vec-not-contains {self.s(g[1])} -1)"
             if g[0] == "distinct":

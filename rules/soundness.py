@@ -144,6 +144,8 @@ def _leaves_program(binding: Binding, weights: frozenset, positive: Optional[fro
             lines.append(f"(Positive $V_{var[1:]}_)")
         if var in weights and var in floating:     # and for a float weight (every test weight is float32)
             lines.append(f"(Floating $V_{var[1:]}_)")
+        if var not in weights:                     # a test's input is read by its rule's projections alone
+            lines.append(f"(FewReaders $V_{var[1:]}_)")
         lines.append(f"(set (shape $V_{var[1:]}_) (vec-of {' '.join(map(str, shape))}))")
     return "\n".join(lines)
 

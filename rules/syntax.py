@@ -32,6 +32,9 @@ Guards (`:when`, a list of conditions, all must hold) and computed literals on t
     (distinct ?a ?b)                        two different e-classes
     (ordered ?a ?b ...)                     weights (Weight leaves) with increasing ids: a symmetric multi rule
                                             matches each set of sources once, not once per permutation
+    (few-readers ?x)                        ?x is a graph tensor that 2 to MERGE_READERS projections read
+                                            (tensat_tf/egraph/ingest.py; in tests, every input): the N-way merges'
+                                            explosion control
     = != < <= > >=, + - * / % min max, vec-of vec-get vec-length, and literal variables
 Every tensor variable of a left side must have a known rank (a shape in the analysis) for the rule to match.
 Dims compared with = or != may be symbols (equal symbols are equal dims); a dim used as a number (arithmetic,

@@ -281,3 +281,31 @@ def test_two_inputs_dims_of_one_label_load_and_optimize(case):
     got = run_graph(out, item, feeds)
     for x, y in zip(want, got):
         np.testing.assert_allclose(y, x, rtol=1e-5, atol=1e-5)
+
+
+# ------------------------------------------------------------------ the N-way merges' explosion control
+def _projections(k: int):
+    """x [batch, 4, 8] read by k Keras-style Q/K/V projections (Einsum by a [8, 2, 4] weight); their sum is out."""
+    ws = [tf.constant(RNG.standard_normal((8, 2, 4)).astype(np.float32)) for _ in range(k)]
+
+    def fn(x):
+        return tf.math.add_n([tf.einsum("btd,dnh->btnh", x, w) for w in ws])
+    return frozen(tf.function(fn, input_signature=[tf.TensorSpec([None, 4, 8], tf.float32)]))
+
+
+@pytest.mark.parametrize("k", [1, 3, 4, 5])
+def test_merges_run_on_an_input_that_a_few_projections_read(k):
+    """(FewReaders x) holds where 2 to MERGE_READERS projections of one kind read x: the merge rules' guard. Five
+    readers would give the 2- and 3-way merges 20 overlapping alternatives (an encoder-decoder's memory, read by every
+    decoder layer's key and value, 84), so they do not run there and the pass keeps the projections apart."""
+    from tensat_tf.passes.tensat import TensatPass
+    gd, item = _projections(k)
+    ing, eg = loaded(gd, item)
+    x = next(n.name for n in gd.node if n.op == "Placeholder")
+    assert holds(eg, f"(FewReaders {ing.lets[x]})") == (2 <= k <= ingest.MERGE_READERS)
+    p = TensatPass()
+    out = p.optimize(gd, item)
+    matched = {r for it in p.stats.saturation["per_iteration"] for r in it["matches"]}
+    assert ("EINSUM-MERGE-PROJ-2" in matched) == (2 <= k <= ingest.MERGE_READERS), matched
+    feeds = [RNG.standard_normal((2, 4, 8)).astype(np.float32)]
+    np.testing.assert_allclose(run_graph(out, item, feeds)[0], run_graph(gd, item, feeds)[0], rtol=1e-5, atol=1e-5)

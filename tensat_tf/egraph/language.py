@@ -19,6 +19,9 @@ Analysis (ruleset `shapes`)
   (Floating t): t is a weight of a floating dtype, decided at ingest; rules that write an op only floats have
   (DepthwiseConv2dNative for a Mul) guard it on the weight operand (`(float ?g)`), which a binary op shares with its
   other operand.
+  (FewReaders t): t is a graph tensor that 2 to ingest.MERGE_READERS projections of one kind (Einsums or
+  BatchMatMulV2s by a weight) read, decided at ingest; the N-way merges of rules/einsum.rules guard their shared
+  input with it (`(few-readers ?x)`).
   (Made t "RULE"): rule RULE unioned a right side into t's class (provenance for the report's rules_applied).
   (shape t) -> (Vec i64): filled for graph tensors at ingest (TF shape inference, symbols from
   tensat_tf/symbolic.py) and by the table's shape rules for terms that rewrites create; dims are sizes >= 0, -1
@@ -51,6 +54,7 @@ _PRELUDE = "\n(sort IVec (Vec i64))\n" + "\n".join(
 (relation IsConst (Tensor))
 (relation Positive (Tensor))
 (relation Floating (Tensor))
+(relation FewReaders (Tensor))
 (relation Made (Tensor String))
 (ruleset shapes)
 (rule ((= t (Weight i))) ((IsConst t)) :ruleset shapes)
