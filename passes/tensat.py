@@ -181,7 +181,14 @@ class TensatPass:
 
     def optimize(self, graph_def, item: GrapplerItem):
         with _older_objects_frozen():
-            return self._optimize(graph_def, item)
+            try:
+                return self._optimize(graph_def, item)
+            except BaseException as e:          # egglog's panics are BaseExceptions (tensat_tf/egraph/session.py)
+                # the pipeline keeps the input and reports the error; the report's e-graph section says so too,
+                # instead of the defaults of a pass that never ran ("no_rules", 0 typed nodes)
+                self.stats.stop_reason = StopReason.ERROR.value
+                self.stats.kept_input = f"the pass failed: {type(e).__name__}: {e}"
+                raise
 
     def _optimize(self, graph_def, item: GrapplerItem):
         o = self.options

@@ -339,3 +339,20 @@ def test_final_extraction_reuses_the_probe_of_the_egraph_saturation_kept(zoo_cac
     assert (fresh.stats.enodes, fresh.stats.blacklisted) == (p.stats.enodes, p.stats.blacklisted)
     assert fresh.stats.extraction["cost_after"] == p.stats.extraction["cost_after"]
     assert again.SerializeToString(deterministic=True) == out.SerializeToString(deterministic=True)
+
+
+def test_a_failed_pass_says_so_in_its_report(monkeypatch):
+    """An error inside the tensat pass (an egglog panic in the shape analysis was one) makes the pipeline keep the
+    input; the pass's own report must say it failed, not show the defaults of a pass that never ran."""
+    from tensat_tf.passes.tensat import TensatPass
+    gd, item = conv_scale_bias_relu(8)
+
+    def broken(eg, ing):
+        raise RuntimeError("Illegal merge attempted for function shape")
+    monkeypatch.setattr(ingest, "load", broken)
+    p = TensatPass()
+    with pytest.raises(RuntimeError):
+        p.optimize(gd, item)
+    report = p.stats.to_json()
+    assert report["egraph"]["stop_reason"] == "error"
+    assert "Illegal merge" in report["extraction"]["kept_input"]
