@@ -185,6 +185,38 @@ def test_gpt_outside_the_suite_builds_at_any_size_and_converts(tmp_path):
     assert report["signatures"]["serving_default"]["verification"]["passed"]
 
 
+def test_seq2seq_outside_the_suite_converts_with_its_cross_attention_optimized(tmp_path):
+    """Two token inputs of their own lengths: the decoder's cross-attention reads the encoder's output, so its query
+    and key carry two graph inputs' batch symbols. The tensat pass used to fail on that graph's shape analysis and
+    keep its input (tests/test_broadcast_einsum.py has the unit case); now it runs and the rules apply."""
+    src = str(tmp_path / "s2s")
+    transformers.build("seq2seq", src, transformers.Size(vocab=96, d=32, heads=4, ffn=64, layers=1))
+    assert "seq2seq" not in zoo.SUITE_NAMES and "seq2seq" not in transformers.MODELS
+    fn = tf.saved_model.load(src).signatures["serving_default"]
+    specs = fn.structured_input_signature[1]
+    assert sorted(specs) == ["source_ids", "target_ids"]
+    assert all(v.shape.as_list() == [None, None] for v in specs.values())
+    rng = np.random.RandomState(0)
+    source, target = rng.randint(0, 96, (2, 7)), rng.randint(0, 96, (2, 5))
+
+    def run(s, t):
+        (out,) = fn(source_ids=tf.constant(s, tf.int32), target_ids=tf.constant(t, tf.int32)).values()
+        return out.numpy()
+    out = run(source, target)
+    assert out.shape == (2, 5, 96)
+    changed = target.copy()
+    changed[:, -1] = (changed[:, -1] + 1) % 96
+    np.testing.assert_allclose(run(source, changed)[:, :-1], out[:, :-1], rtol=1e-5, atol=1e-6)   # causal
+    other = source.copy()
+    other[:, 0] = (other[:, 0] + 1) % 96
+    assert not np.allclose(run(other, target)[:, 0], out[:, 0])              # every position reads the source
+    report = convert(src, str(tmp_path / "out"), Options(signatures=["serving_default"], profile=False))
+    sig = report["signatures"]["serving_default"]
+    assert sig["verification"]["passed"]
+    assert all(p["ok"] for p in sig["passes"]), [p["error"] for p in sig["passes"] if not p["ok"]]
+    assert sig["egraph"]["typed_nodes"] > 100 and sig["rules_applied"].get("E11-einsum-heads-as-dense")
+
+
 def test_sweep_refuses_a_malformed_transformer_size():
     import subprocess
     import sys

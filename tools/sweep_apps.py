@@ -19,7 +19,8 @@ output's: TF, batch 1, one intra-op and one inter-op thread, --blocks paired blo
 the suite's measurement (tools/bench.py) on models the suite does not have.
 
 --transformers are the suite's Keras-layer transformers (tensat_tf/zoo/transformers.py: real_encoder, real_decoder,
-real_vit) and `gpt` (a GPT-2-style decoder the suite does not have), each as FAMILY:DxHEADSxFFNxLAYERS (vocabulary
+real_vit), `gpt` (a GPT-2-style decoder the suite does not have) and `seq2seq` (an encoder-decoder: source and target
+token ids, cross-attention), each as FAMILY:DxHEADSxFFNxLAYERS (vocabulary
 --vocab), exported with a dynamic batch and sequence like the suite's; they are converted, and timed, with every
 unknown dim but the batch --seq long (`--unknown_dim`, as a user serving that length would convert). Without --apps,
 only they run.

@@ -14,7 +14,9 @@ the Shape/StridedSlice/Pack plumbing that comes with them. Weights are redrawn f
 
 Not in the suite, for tools/sweep_apps.py --transformers: `gpt`, a GPT-2-style decoder (learned positions, pre-norm
 LayerNormalization, causal MultiHeadAttention, Dense FFN with the tanh GELU, final norm, logits from the token
-embedding transposed).
+embedding transposed); `seq2seq`, an encoder-decoder (source and target token ids [batch, seq], two inputs of their
+own lengths; pre-norm encoder layers; decoder layers of causal self-attention, cross-attention to the encoder's
+output and a ReLU FFN, as in the original Transformer and T5; logits [batch, target seq, vocab]).
 """
 import dataclasses
 
@@ -23,7 +25,7 @@ MODELS = {
     "real_decoder": "Keras 3 decoder, token ids [None, None]: RMSNorm, RoPE, causal GQA (4q/2kv), SwiGLU, 2 layers",
     "real_vit": "Keras 3 ViT 32x32x3, dynamic batch: Conv2D patchify 8x8, class token, 2 MultiHeadAttention blocks",
 }
-SEEDS = {"real_encoder": 1201, "real_decoder": 1202, "real_vit": 1203, "gpt": 1204}
+SEEDS = {"real_encoder": 1201, "real_decoder": 1202, "real_vit": 1203, "gpt": 1204, "seq2seq": 1205}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,6 +118,41 @@ def gpt(size: Size = SUITE):
     return keras.Model(ids, TiedLogits(tokens, name="lm_head")(x), name="gpt")
 
 
+def seq2seq(size: Size = SUITE):
+    import keras
+    from keras import layers, ops
+
+    def embedded(ids, name):
+        x = layers.Embedding(size.vocab, size.d, name=f"{name}_embedding")(ids)
+        positions = layers.Lambda(lambda t: ops.arange(ops.shape(t)[1]), name=f"{name}_positions")(ids)
+        return x + layers.Embedding(256, size.d, name=f"{name}_position_embedding")(positions)
+
+    def ffn(x, name):
+        h = layers.LayerNormalization(epsilon=1e-6, name=f"{name}_ffn_norm")(x)
+        h = layers.Dense(size.ffn, activation="relu", name=f"{name}_ffn_in")(h)
+        return x + layers.Dense(size.d, name=f"{name}_ffn_out")(h)
+
+    source = keras.Input((None,), dtype="int32", name="source_ids")
+    target = keras.Input((None,), dtype="int32", name="target_ids")
+    x = embedded(source, "source")
+    for i in range(size.layers):
+        h = layers.LayerNormalization(epsilon=1e-6, name=f"encoder{i}_attention_norm")(x)
+        x = ffn(x + layers.MultiHeadAttention(size.heads, size.d // size.heads, name=f"encoder{i}_attention")(h, h),
+                f"encoder{i}")
+    memory = layers.LayerNormalization(epsilon=1e-6, name="encoder_norm")(x)
+    y = embedded(target, "target")
+    for i in range(size.layers):
+        h = layers.LayerNormalization(epsilon=1e-6, name=f"decoder{i}_attention_norm")(y)
+        y = y + layers.MultiHeadAttention(size.heads, size.d // size.heads, name=f"decoder{i}_attention")(
+            h, h, use_causal_mask=True)
+        h = layers.LayerNormalization(epsilon=1e-6, name=f"decoder{i}_cross_norm")(y)
+        y = ffn(y + layers.MultiHeadAttention(size.heads, size.d // size.heads, name=f"decoder{i}_cross")(h, memory),
+                f"decoder{i}")
+    y = layers.LayerNormalization(epsilon=1e-6, name="decoder_norm")(y)
+    logits = layers.Dense(size.vocab, name="lm_head")(y)
+    return keras.Model({"source_ids": source, "target_ids": target}, logits, name="seq2seq")
+
+
 def _fix_einsum_fan_in(model, seed: int) -> None:
     """Redraw EinsumDense kernels with their true fan-in (the contracted input axes only).
 
@@ -142,7 +179,7 @@ def _all_layers(layer):
         yield sub
 
 
-BUILDERS = {"real_encoder": encoder, "real_decoder": decoder, "real_vit": vit, "gpt": gpt}
+BUILDERS = {"real_encoder": encoder, "real_decoder": decoder, "real_vit": vit, "gpt": gpt, "seq2seq": seq2seq}
 
 
 def build(name: str, export_dir: str, size: Size = SUITE) -> None:
@@ -156,15 +193,20 @@ def build(name: str, export_dir: str, size: Size = SUITE) -> None:
     prepare_export_dir(export_dir)
     _keras.randomize_weights(model, seed)
     _fix_einsum_fan_in(model, seed + 1)
+    call = model.call
     if name == "real_vit":
         _keras.calibrate_head(model, (32, 32, 3), seed + 2)
-        spec = tf.TensorSpec((None, 32, 32, 3), tf.float32, name="image")
+        specs = [tf.TensorSpec((None, 32, 32, 3), tf.float32, name="image")]
+    elif name == "seq2seq":
+        specs = [tf.TensorSpec((None, None), tf.int32, name=n) for n in ("source_ids", "target_ids")]
+        call = lambda source_ids, target_ids: model.call({"source_ids": source_ids,  # noqa: E731
+                                                          "target_ids": target_ids})
     else:
-        spec = tf.TensorSpec((None, None), tf.int32, name="token_ids")
+        specs = [tf.TensorSpec((None, None), tf.int32, name="token_ids")]
     # An explicit input signature with dynamic batch and sequence; both endpoint names are the ones model.export()
     # writes, so these exports look like any other Keras 3 export.
     archive = keras.export.ExportArchive()
     archive.track(model)
-    archive.add_endpoint("serve", model.call, input_signature=[spec])
-    archive.add_endpoint("serving_default", model.call, input_signature=[spec])
+    archive.add_endpoint("serve", call, input_signature=specs)
+    archive.add_endpoint("serving_default", call, input_signature=specs)
     archive.write_out(export_dir, verbose=False)
