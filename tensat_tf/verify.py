@@ -4,6 +4,14 @@ Run at batch 1 and a larger batch (unknown leading dims), per output key: max ab
 the relative difference is max|a-b| / max|a| (element-wise ratios explode on near-zero outputs). Integer and bool
 outputs must match exactly.
 
+Other lengths: every other unknown dim (a sequence, an image side) is unknown_dim long in those inputs, so a rewrite
+that held only at that length, or that took one unknown dim for another (a cross attention's query and memory
+lengths, an image's height and width), would pass them. A signature with such dims is also run once more at the
+larger batch with each of them at its own length (unknown_dim + 1, + 2, ...; where the original refuses that, one
+length per input instead: a mask must match its tokens), compared at LENGTHS_SLACK times the tolerance the same
+output got at the standard lengths (the noise floor's baselines are recorded for those inputs only). Where the
+original refuses both, nothing more is checked.
+
 Tolerance: rtol (1e-5 for float32), or NOISE_FACTOR times the noise floor when that is larger. The noise floor is the
 larger distance from the original signature of two baselines (baselines()): the frozen graph with every float weight
 moved by one rounding step (rounding_twin: the model's own float32 sensitivity, which sound weight folds run into),
@@ -34,6 +42,7 @@ from tensat_tf.io.load import TensorSpec
 from tensat_tf.options import MIN_VARIABLE_ELEMENTS, UNKNOWN_DIM
 
 NOISE_FACTOR = 10.0
+LENGTHS_SLACK = 2.0
 ROUNDING_SEED = 12345
 DEFAULT_RTOL = {tf.float16: 1e-2, tf.bfloat16: 2e-2, tf.float32: 1e-5, tf.float64: 1e-9}
 
@@ -48,12 +57,15 @@ class Verification:
 
 
 def random_inputs(specs: Sequence[TensorSpec], batch: int, seed: int, unknown_dim: int = UNKNOWN_DIM,
-                  int_high: int = 2) -> dict[str, tf.Tensor]:
+                  int_high: int = 2, lengths: Optional[dict] = None) -> dict[str, tf.Tensor]:
+    """Seeded random feeds; an unknown leading dim is `batch`, every other unknown dim unknown_dim, or
+    lengths[(input key, dim index)] where given."""
     rng = np.random.RandomState(seed)
+    lengths = lengths or {}
     feeds = {}
     for s in specs:
         shape = [] if s.shape is None else [
-            (batch if i == 0 else unknown_dim) if d < 0 else d for i, d in enumerate(s.shape)]
+            (batch if i == 0 else lengths.get((s.key, i), unknown_dim)) if d < 0 else d for i, d in enumerate(s.shape)]
         if s.dtype.is_floating:
             arr = rng.standard_normal(shape).astype(s.dtype.as_numpy_dtype)
         elif s.dtype.is_bool:
@@ -90,6 +102,17 @@ def verification_inputs(specs: Sequence[TensorSpec], batch_sizes: Sequence[int],
                         unknown_dim: int = UNKNOWN_DIM) -> list[tuple[str, dict]]:
     """(tag, feeds) per batch size: the inputs verify() draws."""
     return [(str(b), random_inputs(specs, b, seed + b, unknown_dim)) for b in batch_sizes]
+
+
+def other_lengths(specs: Sequence[TensorSpec], unknown_dim: int = UNKNOWN_DIM) -> list[dict]:
+    """The `lengths` of random_inputs to try for the check at other lengths (module docstring): every unknown dim
+    but a leading one at its own length, then one length per input; [] when there is none."""
+    dims = [(s.key, i) for s in sorted(specs, key=lambda s: s.key) if s.shape is not None
+            for i, d in enumerate(s.shape) if i > 0 and d < 0]
+    keys = sorted({k for k, _ in dims})
+    each = {kd: unknown_dim + 1 + j for j, kd in enumerate(dims)}
+    per_input = {(k, i): unknown_dim + 1 + keys.index(k) for k, i in dims}
+    return [each] + ([per_input] if per_input != each else []) if dims else []
 
 
 def compare(ref: np.ndarray, got: np.ndarray, dtype: tf.DType, tol: float) -> tuple[float, float, bool]:
@@ -262,4 +285,34 @@ def verify(pairs, batch_sizes: Sequence[int] = (1, 4), seed: int = 0, rtol: Opti
                                                   "noise_floor": noise, "tolerance": tol}
                 ok &= passed
                 worst_abs, worst_rel = max(worst_abs, max_abs), max(worst_rel, max_rel)
+        if given and sig in given:
+            continue
+        for lengths in other_lengths(in_specs, unknown_dim):
+            feeds = random_inputs(in_specs, max(batch_sizes), seed + 1000, unknown_dim, lengths=lengths)
+            try:
+                ref = ref_fn(**feeds)
+            except (tf.errors.OpError, ValueError):
+                continue                        # the original refuses these lengths: try the next, or check none
+            tag = f"{max(batch_sizes)}+lengths"
+            try:
+                got = new_fn(**feeds)
+            except tf.errors.OpError as e:
+                raise errors.VerificationFailed(
+                    f"the converted signature {sig} fails where the original runs, with its unknown dims at other "
+                    f"lengths ({_lengths_text(lengths)}): {_reason(e, new_fn)}; nothing was written") from None
+            for spec in out_specs:
+                a, b = ref[spec.key].numpy(), got[spec.key].numpy()
+                tol = LENGTHS_SLACK * max(v["tolerance"] for k, v in per.items()
+                                          if k.rsplit("@", 1)[0] == f"{sig}/{spec.key}")
+                max_abs, max_rel, passed = compare(a, b, spec.dtype, tol)
+                per[f"{sig}/{spec.key}@{tag}"] = {"max_abs_diff": max_abs, "max_rel_diff": max_rel, "passed": passed,
+                                                  "noise_floor": 0.0, "tolerance": tol,
+                                                  "lengths": _lengths_text(lengths)}
+                ok &= passed
+                worst_abs, worst_rel = max(worst_abs, max_abs), max(worst_rel, max_rel)
+            break
     return Verification(ok, worst_abs, worst_rel, per, tuple(batch_sizes))
+
+
+def _lengths_text(lengths: dict) -> str:
+    return ", ".join(f"{k}[{i}]={n}" for (k, i), n in sorted(lengths.items()))

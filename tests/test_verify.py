@@ -43,3 +43,67 @@ def test_wrong_weight_is_far_above_the_rounding_floor():
     assert not result.passed
     floor = max(v["noise_floor"] for v in result.per_output.values())
     assert result.max_rel_diff > verify.NOISE_FACTOR * floor
+
+
+# --- other lengths ----------------------------------------------------------------------------------------------
+
+def _specs(**shapes):
+    return [TensorSpec(k, f"{k}:0", tf.float32, s) for k, s in shapes.items()], \
+        [TensorSpec("y", "y:0", tf.float32, None)]
+
+
+def _attention(k, m):                            # k: the query (sorted first, so 9 long), m: the memory (10)
+    return {"y": tf.nn.softmax(tf.einsum("btd,bsd->bts", k, m)) @ m}
+
+
+def test_other_lengths_catch_a_rewrite_that_took_one_length_for_another():
+    """At the standard inputs the query and the memory are both unknown_dim long; a candidate that reads the memory
+    only as far as the query's length agrees there, and the check at other lengths (9 and 10) catches it."""
+    ins, outs = _specs(k=(-1, -1, 4), m=(-1, -1, 4))
+    assert verify.other_lengths(ins, 8) == [{("k", 1): 9, ("m", 1): 10}]
+
+    def wrong(k, m):
+        return _attention(k, m[:, :tf.shape(k)[1]])
+    result = verify.verify([("s", ins, outs, _attention, wrong, None)], (1, 4))
+    assert not result.passed
+    assert [k for k, v in result.per_output.items() if not v["passed"]] == ["s/y@4+lengths"]
+    assert result.per_output["s/y@4+lengths"]["lengths"] == "k[1]=9, m[1]=10"
+    assert verify.verify([("s", ins, outs, _attention, _attention, None)], (1, 4)).passed
+
+
+def test_other_lengths_fall_back_to_one_length_per_input_then_to_none():
+    """Tokens and their mask must agree: both variants give them different lengths, so the original refuses them and
+    nothing more is checked (the verification still passes on the standard inputs). An image whose height and width
+    must be equal gets the per-input variant (one length for both) after the per-dim one fails."""
+    ins, outs = _specs(ids=(-1, -1), mask=(-1, -1))
+
+    def masked(ids, mask):
+        return {"y": ids * mask}
+    result = verify.verify([("s", ins, outs, masked, masked, None)], (1, 4))
+    assert result.passed and not [k for k in result.per_output if "+lengths" in k]
+    ins, outs = _specs(a=(-1, -1, -1, 3))
+
+    def square(a):                               # runs only where height == width
+        return {"y": a + tf.transpose(a, [0, 2, 1, 3])}
+    assert verify.other_lengths(ins, 8) == [{("a", 1): 9, ("a", 2): 10}, {("a", 1): 9, ("a", 2): 9}]
+    result = verify.verify([("s", ins, outs, square, square, None)], (1, 4))
+    assert result.passed and result.per_output["s/y@4+lengths"]["lengths"] == "a[1]=9, a[2]=9"
+
+
+def test_a_signature_that_fails_at_another_length_is_not_written():
+    """A candidate that fixed the sequence at unknown_dim (a reshape to 8 rows) runs on the standard inputs and fails
+    at length 9: a verification failure, not a pass."""
+    from tensat_tf import errors
+    ins, outs = _specs(x=(-1, -1, 4))
+
+    def ref(x):
+        return {"y": x * 2.0}
+
+    def fixed(x):
+        return {"y": tf.reshape(x, [-1, 8, 4]) * 2.0}
+    try:
+        verify.verify([("s", ins, outs, ref, fixed, None)], (1, 4), unknown_dim=8)
+    except errors.VerificationFailed as e:
+        assert "x[1]=9" in str(e)
+    else:
+        raise AssertionError("a candidate that fails at another length passed")
