@@ -226,6 +226,30 @@ def test_sweep_refuses_a_malformed_transformer_size():
     assert proc.returncode != 0 and "DxHEADSxFFNxLAYERS" in proc.stderr
 
 
+
+def test_sweep_converts_a_saved_model_it_did_not_build(tmp_path):
+    """--saved_models: a user's own export is converted and measured like a built one, and left as it was."""
+    import hashlib
+    import subprocess
+    import sys
+    tool = os.path.join(os.path.dirname(__file__), "..", "tools", "sweep_apps.py")
+    proc = subprocess.run([sys.executable, tool, f"--saved_models={tmp_path}"], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode != 0 and "not a SavedModel folder" in proc.stderr
+    w = tf.constant(np.random.RandomState(0).standard_normal((16, 8)).astype(np.float32))
+    module = tf.Module()
+    module.f = tf.function(lambda x: {"y": tf.nn.relu(tf.matmul(x, w) + 0.5)},
+                           input_signature=[tf.TensorSpec([None, 16], tf.float32, name="x")])
+    src = str(tmp_path / "mine")
+    tf.saved_model.save(module, src, signatures={"serving_default": module.f})
+    before = hashlib.sha256(open(os.path.join(src, "saved_model.pb"), "rb").read()).hexdigest()
+    proc = subprocess.run([sys.executable, tool, f"--saved_models={src}"], capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "| mine |" in proc.stdout and "1 of 1 converted and verified" in proc.stdout
+    assert hashlib.sha256(open(os.path.join(src, "saved_model.pb"), "rb").read()).hexdigest() == before
+
+
 # --- peer runtimes (tools/bench.py) -------------------------------------------------------------------------------
 
 def test_time_blocks_pairs_every_subject_in_every_block():

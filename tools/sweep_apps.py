@@ -24,6 +24,10 @@ token ids, cross-attention), each as FAMILY:DxHEADSxFFNxLAYERS (vocabulary
 --vocab), exported with a dynamic batch and sequence like the suite's; they are converted, and timed, with every
 unknown dim but the batch --seq long (`--unknown_dim`, as a user serving that length would convert). Without --apps,
 only they run.
+
+--saved_models are SavedModel folders someone already exported (their own Keras models): converted and measured the
+same way, not built (and never modified: convert reads its input only). With neither --apps nor --transformers, only
+they run.
 """
 from __future__ import annotations
 
@@ -54,6 +58,7 @@ flags.DEFINE_list("transformers", [], "FAMILY:DxHEADSxFFNxLAYERS entries (tensat
 flags.DEFINE_integer("seq", None, "Unknown dims but the batch (a sequence) at conversion and timing (default: the "
                      "engine's --unknown_dim default).")
 flags.DEFINE_integer("vocab", 1024, "Vocabulary of --transformers.")
+flags.DEFINE_list("saved_models", [], "SavedModel folders already exported, converted and measured as the others.")
 flags.DEFINE_string("build", None, "Internal: build and export this application into --src.")
 flags.DEFINE_string("src", None, "Internal: where --build exports.")
 flags.DEFINE_string("worker", None, "Internal: convert this exported SavedModel, print its row as JSON.")
@@ -156,15 +161,17 @@ def _child(args: list[str], timeout: int) -> tuple[Optional[dict], Optional[str]
     return None, ("killed (out of memory?)" if p.returncode == -9 else f"exit {p.returncode}") + f": {tail[:300]}"
 
 
-def run_one(name: str, side: int, timeout: int) -> dict:
+def run_one(name: str, side: int, timeout: int, exported: Optional[str] = None) -> dict:
+    """Build `name` (unless `exported` is its SavedModel folder), convert it in a child process: its row."""
     row = {"app": name, "side": side}
     with tempfile.TemporaryDirectory() as d:
-        src = os.path.join(d, "src")
+        src = exported or os.path.join(d, "src")
         t = time.perf_counter()
-        _, err = _child([f"--build={name}", f"--side={side}", f"--src={src}", f"--vocab={FLAGS.vocab}"], timeout)
+        if exported is None:
+            _, err = _child([f"--build={name}", f"--side={side}", f"--src={src}", f"--vocab={FLAGS.vocab}"], timeout)
+            if err:
+                return dict(row, build_s=round(time.perf_counter() - t, 1), error="build: " + err)
         row["build_s"] = round(time.perf_counter() - t, 1)
-        if err:
-            return dict(row, error="build: " + err)
         got, err = _child([f"--worker={src}"] + ([f"--seq={FLAGS.seq}"] if FLAGS.seq else [])
                           + (["--gain", f"--blocks={FLAGS.blocks}"] if FLAGS.gain else []), timeout)
     return dict(row, error="convert: " + err) if err else dict(row, **got)
@@ -206,13 +213,17 @@ def main(argv):
             transformer_size(entry)
         except ValueError as e:
             raise app.UsageError(str(e))
-    apps = FLAGS.apps if FLAGS.apps is not None else [] if FLAGS.transformers else applications()
+    for path in FLAGS.saved_models:
+        if not os.path.isfile(os.path.join(path, "saved_model.pb")):
+            raise app.UsageError(f"--saved_models: {path} is not a SavedModel folder")
+    apps = FLAGS.apps if FLAGS.apps is not None else [] if FLAGS.transformers or FLAGS.saved_models else applications()
     names = [n for n in apps + FLAGS.transformers if n not in set(FLAGS.skip)]
+    exported = {os.path.basename(os.path.normpath(p)): p for p in FLAGS.saved_models}
     rows, t0 = [], time.perf_counter()
-    for name in names:
+    for name in names + list(exported):
         print(f"[{time.perf_counter() - t0:7.1f} s] {name}", file=sys.stderr, flush=True)
-        side = _engine().unknown_dim if ":" in name else max(FLAGS.side, MIN_SIDE.get(name, 32))
-        rows.append(run_one(name, side, FLAGS.timeout))
+        side = _engine().unknown_dim if ":" in name or name in exported else max(FLAGS.side, MIN_SIDE.get(name, 32))
+        rows.append(run_one(name, side, FLAGS.timeout, exported.get(name)))
         if FLAGS.out_json:
             with open(FLAGS.out_json, "w") as f:
                 json.dump(rows, f, indent=1)
