@@ -280,7 +280,8 @@ class _Ingest:
         # after every term: the facts name existing e-classes and leave the terms' creation order as it was
         readers: dict[str, dict[str, int]] = {}      # tensor let -> projection kind -> how many read it
         for t in self.ing.terms.values():
-            if t.op in PROJECTIONS and self.ing.terms[t.children[1]].op == "Weight":
+            w = self.ing.terms.get(t.children[1]) if t.op in PROJECTIONS else None
+            if w is not None and w.op == "Weight":
                 kinds = readers.setdefault(t.children[0], {})
                 kinds[t.op] = kinds.get(t.op, 0) + 1
         for let, kinds in readers.items():
