@@ -258,7 +258,8 @@ def verify(pairs, batch_sizes: Sequence[int] = (1, 4), seed: int = 0, rtol: Opti
            given: Optional[dict] = None, unknown_dim: int = UNKNOWN_DIM) -> Verification:
     """pairs: [(signature name, input specs, output specs, reference fn, candidate fn, baseline fns)]: the noise
     floor is the largest distance of a baseline (None, one function or a tuple of them) from the reference. Inputs:
-    random_inputs at each batch size, every other unknown dim unknown_dim long."""
+    random_inputs at each batch size, every other unknown dim unknown_dim long; then, for a signature with such
+    dims and no given inputs, once at the largest batch size with them at other lengths (module docstring)."""
     per, ok, worst_abs, worst_rel = {}, True, 0.0, 0.0
     for sig, in_specs, out_specs, ref_fn, new_fn, base_fn in pairs:
         feeds_list = [(f"given", given[sig])] if given and sig in given else verification_inputs(
