@@ -219,6 +219,8 @@ def main(argv):
     apps = FLAGS.apps if FLAGS.apps is not None else [] if FLAGS.transformers or FLAGS.saved_models else applications()
     names = [n for n in apps + FLAGS.transformers if n not in set(FLAGS.skip)]
     exported = {os.path.basename(os.path.normpath(p)): p for p in FLAGS.saved_models}
+    if len(exported) < len(FLAGS.saved_models):
+        raise app.UsageError("--saved_models: two folders of one name (each row is named after its folder)")
     rows, t0 = [], time.perf_counter()
     for name in names + list(exported):
         print(f"[{time.perf_counter() - t0:7.1f} s] {name}", file=sys.stderr, flush=True)
