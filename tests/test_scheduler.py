@@ -24,6 +24,27 @@ def test_backoff_thresholds_and_bans_double():
     assert Backoff(None, 5).over({"r": 10 ** 9}, 0) == []     # no match limit: no backoff
 
 
+def test_rules_of_one_left_side_share_one_budget():
+    """Rules with the same left side and guards up to variable names (TENSAT's S036/S037/... state one identity in
+    several operand orders) match the same e-nodes: their matches are summed and the group is banned together."""
+    from tensat_tf.egraph.saturate import _left_side
+    from tensat_tf.rules.syntax import parse_file
+    _, parsed, _ = parse_file("(family t)\n"
+                          "(rule D1 (Mul ?a (AddV2 ?b ?c)) => (AddV2 (Mul ?a ?b) (Mul ?a ?c)) "
+                          ":test ((?a 2 2) (?b 2 2) (?c 2 2)))\n"
+                          "(rule D2 (Mul ?x (AddV2 ?y ?z)) => (AddV2 (Mul ?x ?z) (Mul ?x ?y)) "
+                          ":test ((?x 2 2) (?y 2 2) (?z 2 2)))\n"
+                          "(rule D3 (Mul ?x (AddV2 ?y ?z)) => (AddV2 (Mul ?y ?x) (Mul ?z ?x)) :when ((const ?x)) "
+                          ":test ((?x :weight 2 2) (?y 2 2) (?z 2 2)))\n", "<test>")
+    keys = {r.name: _left_side(r) for r in parsed}
+    assert keys["D1"] == keys["D2"] != keys["D3"]            # D3's guard: it matches other e-nodes
+    b = Backoff(match_limit=10, ban_length=5, groups=keys)
+    assert b.over({"D1": 6, "D3": 6}, 0) == []               # 6 each, in two groups
+    assert b.over({"D1": 6, "D2": 6, "D3": 6}, 1) == ["D1", "D2"]    # 12 in D1's group: both banned
+    assert b.banned("D2", 2) and b.banned("D1", 2) and not b.banned("D3", 2)
+    assert Backoff(10, 5).over({"D1": 6, "D2": 6}, 0) == []  # without groups, per rule as in egg
+
+
 def test_budget_scales_with_the_input_and_caps_hold():
     b = Budget()
     assert b.limits(100) == (2_000, 6.0, 20_000)              # floors

@@ -50,6 +50,7 @@ from tensat_tf import terms
 from tensat_tf.egraph.session import EgglogError, RunReport, Session
 from tensat_tf.options import Budget
 from tensat_tf.rules import RuleSet, compile_rule, ruleset_name
+from tensat_tf.rules.syntax import to_text, variables
 
 TERM_FUNCTIONS = terms.NAMES
 
@@ -72,28 +73,42 @@ class StopReason(str, enum.Enum):
 
 
 class Backoff:
-    """egg's BackoffScheduler state: per rule, how often it was banned and the iteration its ban ends."""
+    """egg's BackoffScheduler state: per rule, how often it was banned and the iteration its ban ends.
 
-    def __init__(self, match_limit: Optional[int], ban_length: int):
+    Rules with one left side and guards, the same up to variable names (`groups`: rule -> them), match the same
+    e-nodes and share one budget: their matches are summed, and the group is banned together. TENSAT's generated rules state
+    one identity in several operand orders (S036, S037, S040, S047, S057 and S058 all distribute a Mul over an
+    AddV2): on a 12-layer GPT-2-style decoder each matched 798 layer-norm e-nodes in one iteration, under egg's limit
+    of 1,000 alone, 4,788 together, and their e-nodes made the next iteration and its probe take 3 s for nothing the
+    probe could extract (BENCHMARKS.md)."""
+
+    def __init__(self, match_limit: Optional[int], ban_length: int, groups: Optional[dict] = None):
         self.match_limit, self.ban_length = match_limit, ban_length
+        self.groups = groups or {}
         self.times_banned: dict[str, int] = {}
         self.banned_until: dict[str, int] = {}
 
+    def _key(self, rule: str) -> str:
+        return self.groups.get(rule, rule)
+
     def banned(self, rule: str, iteration: int) -> bool:
-        return self.banned_until.get(rule, 0) > iteration
+        return self.banned_until.get(self._key(rule), 0) > iteration
 
     def over(self, matches: dict, iteration: int) -> list[str]:
-        """Ban (and return) the rules whose matches in `iteration` exceed their threshold."""
+        """Ban (and return) the rules whose group's matches in `iteration` exceed its threshold."""
         if self.match_limit is None:
             return []
-        out = []
-        for rule, n in sorted(matches.items()):
-            t = self.times_banned.get(rule, 0)
+        total: dict[str, int] = {}
+        for rule, n in matches.items():
+            total[self._key(rule)] = total.get(self._key(rule), 0) + n
+        hit = set()
+        for key, n in sorted(total.items()):
+            t = self.times_banned.get(key, 0)
             if n > self.match_limit << t:
-                self.banned_until[rule] = iteration + (self.ban_length << t)
-                self.times_banned[rule] = t + 1
-                out.append(rule)
-        return out
+                self.banned_until[key] = iteration + (self.ban_length << t)
+                self.times_banned[key] = t + 1
+                hit.add(key)
+        return sorted(rule for rule in matches if self._key(rule) in hit)
 
     def can_stop(self, iteration: int) -> bool:
         """egg's can_stop: true when no rule is banned; otherwise shortens every ban so the earliest ends now."""
@@ -296,7 +311,8 @@ class Saturator:
         size0 = size = _enodes(sizes)
         node_limit, seconds, work = b.limits(size0)
         banned: list[str] = []                  # for good (node limit, egglog errors)
-        backoff = Backoff(b.match_limit, b.ban_length)
+        backoff = Backoff(b.match_limit, b.ban_length, {r.name: _left_side(r) for r in self.rs.rules
+                                                         if len(r.sources) == 1})
         backed_off: list[str] = []              # every rule the scheduler banned, once, in order
         iters: list[IterationStats] = []
         if not self.rs.rules:
@@ -389,6 +405,16 @@ class Saturator:
         return SaturationResult(reason, iters, size0, size, banned, time.perf_counter() - t0, node_limit, seconds,
                                 work, searched, backed_off, error, kept_iterations,
                                 changed_at if kept_iterations is None else kept_iterations)
+
+
+def _left_side(rule) -> str:
+    """A single rule's left side and guards with its variables renamed in order of appearance: rules that share them
+    match the same e-nodes (Backoff's groups)."""
+    names = {v: f"?{i}" for i, v in enumerate(variables(rule.sources[0]))}
+
+    def renamed(e):
+        return [renamed(x) for x in e] if isinstance(e, list) else names.get(e, e)
+    return to_text(renamed(rule.sources[0])) + " :when " + to_text(renamed(list(rule.guards)))
 
 
 def saturate(eg, ruleset: RuleSet, budget: Budget = Budget(), progress=None, probe=None) -> SaturationResult:
