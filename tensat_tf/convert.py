@@ -92,8 +92,9 @@ def _write_and_verify(run: _Run, staged: str) -> None:
     reloaded = tf.saved_model.load(staged)
     pairs = [(name, sig.inputs, sig.outputs, sig.function, reloaded.signatures[name],
               run.baselines[run.same_key(name)]) for name, sig in sorted(model.signatures.items())]
+    precision = {name: verify_mod.precision_rtol(sig.graph_def) for name, sig in model.signatures.items()}
     result = verify_mod.verify(pairs, options.verify_batch_sizes, options.seed, options.rtol,
-                               unknown_dim=options.engine.unknown_dim)
+                               unknown_dim=options.engine.unknown_dim, precision=precision)
     run.watch.lap("verify")
     for name in report["signatures"]:
         mine = {k: v for k, v in result.per_output.items() if k.startswith(name + "/")}

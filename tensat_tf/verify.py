@@ -8,11 +8,13 @@ Other lengths: every other unknown dim (a sequence, an image side) is unknown_di
 that held only at that length, or that took one unknown dim for another (a cross attention's query and memory
 lengths, an image's height and width), would pass them. A signature with such dims is also run once more at the
 larger batch with each of them at its own length (unknown_dim + 1, + 2, ...; where the original refuses that, one
-length per input instead: a mask must match its tokens), compared at LENGTHS_SLACK times the tolerance the same
-output got at the standard lengths (the noise floor's baselines are recorded for those inputs only). Where the
-original refuses both, nothing more is checked.
+length per input; then one length, unknown_dim + 1, for all: a mask must match its tokens), compared at
+LENGTHS_SLACK times the tolerance the same output got at the standard lengths (the noise floor's baselines are
+recorded for those inputs only). Where the original refuses all three, nothing more is checked.
 
-Tolerance: rtol (1e-5 for float32), or NOISE_FACTOR times the noise floor when that is larger. The noise floor is the
+Tolerance: rtol (1e-5 for float32; unless the user sets it, the rtol of the least precise float type the graph
+computes in, where that is looser: precision_rtol), or NOISE_FACTOR times the noise floor when that is larger. The
+noise floor is the
 larger distance from the original signature of two baselines (baselines()): the frozen graph with every float weight
 moved by one rounding step (rounding_twin: the model's own float32 sensitivity, which sound weight folds run into),
 and TF running the frozen graph itself: freezing turns the smaller variables into constants that TF's runtime then
@@ -104,15 +106,38 @@ def verification_inputs(specs: Sequence[TensorSpec], batch_sizes: Sequence[int],
     return [(str(b), random_inputs(specs, b, seed + b, unknown_dim)) for b in batch_sizes]
 
 
+def precision_rtol(graph_def) -> float:
+    """DEFAULT_RTOL of the least precise float type any node of the graph (its function library included) has as a
+    type attribute. Keras' mixed precision keeps float32 variables and outputs and computes in bfloat16 or float16
+    between them: every intermediate is rounded to 8 or 11 bits, which neither float32's tolerance nor the rounding
+    twin (one float32 step of each weight, lost again in the cast to bfloat16) accounts for. A mixed_bfloat16
+    transformer's output moved by 4.6e-3 (relative) under sound rewrites, with a noise floor of 2e-7 (BENCHMARKS.md)."""
+    types: set = set()
+    nodes = list(graph_def.node) + [n for f in graph_def.library.function for n in f.node_def]
+    for node in nodes:
+        for a in node.attr.values():
+            if a.HasField("type"):
+                types.add(a.type)
+            elif a.HasField("list"):
+                types.update(a.list.type)
+    rtols = [DEFAULT_RTOL[d] for d in (tf.as_dtype(t) for t in types if t) if d in DEFAULT_RTOL]
+    return max(rtols, default=DEFAULT_RTOL[tf.float32])
+
+
 def other_lengths(specs: Sequence[TensorSpec], unknown_dim: int = UNKNOWN_DIM) -> list[dict]:
-    """The `lengths` of random_inputs to try for the check at other lengths (module docstring): every unknown dim
-    but a leading one at its own length, then one length per input; [] when there is none."""
+    """The `lengths` of random_inputs to try, in order, for the check at other lengths (module docstring): every
+    unknown dim but a leading one at its own length, then one length per input, then one length for all (inputs
+    that must agree: BERT's token ids, segment ids and mask); [] when there is none."""
     dims = [(s.key, i) for s in sorted(specs, key=lambda s: s.key) if s.shape is not None
             for i, d in enumerate(s.shape) if i > 0 and d < 0]
     keys = sorted({k for k, _ in dims})
-    each = {kd: unknown_dim + 1 + j for j, kd in enumerate(dims)}
-    per_input = {(k, i): unknown_dim + 1 + keys.index(k) for k, i in dims}
-    return [each] + ([per_input] if per_input != each else []) if dims else []
+    out: list[dict] = []
+    for v in ({kd: unknown_dim + 1 + j for j, kd in enumerate(dims)},
+              {(k, i): unknown_dim + 1 + keys.index(k) for k, i in dims},
+              {kd: unknown_dim + 1 for kd in dims}):
+        if v and v not in out:
+            out.append(v)
+    return out
 
 
 def compare(ref: np.ndarray, got: np.ndarray, dtype: tf.DType, tol: float) -> tuple[float, float, bool]:
@@ -255,11 +280,14 @@ def check_original(model, batch_sizes: Sequence[int] = (1, 4), seed: int = 0, un
 
 
 def verify(pairs, batch_sizes: Sequence[int] = (1, 4), seed: int = 0, rtol: Optional[float] = None,
-           given: Optional[dict] = None, unknown_dim: int = UNKNOWN_DIM) -> Verification:
+           given: Optional[dict] = None, unknown_dim: int = UNKNOWN_DIM,
+           precision: Optional[dict] = None) -> Verification:
     """pairs: [(signature name, input specs, output specs, reference fn, candidate fn, baseline fns)]: the noise
     floor is the largest distance of a baseline (None, one function or a tuple of them) from the reference. Inputs:
     random_inputs at each batch size, every other unknown dim unknown_dim long; then, for a signature with such
-    dims and no given inputs, once at the largest batch size with them at other lengths (module docstring)."""
+    dims and no given inputs, once at the largest batch size with them at other lengths (module docstring).
+    precision: signature -> precision_rtol of its graph, the float outputs' tolerance where looser than their own
+    type's (when `rtol` is not given)."""
     per, ok, worst_abs, worst_rel = {}, True, 0.0, 0.0
     for sig, in_specs, out_specs, ref_fn, new_fn, base_fn in pairs:
         feeds_list = [(f"given", given[sig])] if given and sig in given else verification_inputs(
@@ -275,7 +303,9 @@ def verify(pairs, batch_sizes: Sequence[int] = (1, 4), seed: int = 0, rtol: Opti
                                           else (base_fn,))]
             for spec in out_specs:
                 a, b = ref[spec.key].numpy(), got[spec.key].numpy()
-                tol = rtol if rtol is not None else DEFAULT_RTOL.get(spec.dtype, 1e-5)
+                tol = rtol if rtol is not None else max(DEFAULT_RTOL.get(spec.dtype, 1e-5),
+                                                        (precision or {}).get(sig, 0.0) if spec.dtype.is_floating
+                                                        else 0.0)
                 noise = 0.0
                 if spec.dtype.is_floating:
                     for base in bases:

@@ -117,3 +117,22 @@ def test_tensat_pass_keeps_while_loop_opaque(zoo_cache):
     assert any(n.op in ("While", "StatelessWhile") for n in out.node)
     assert Counter(n.op for n in out.node) == Counter(n.op for n in gd.node)
     assert len(out.library.function) == len(gd.library.function)
+
+
+def test_a_bfloat16_weight_is_ingested():
+    """A graph Keras' mixed_bfloat16 policy writes holds bfloat16 constants, whose numpy type (ml_dtypes' 'E') has no
+    buffer format: ingest's weight key hashed them through a memoryview and the pass failed, keeping its input."""
+    from tensat_tf.passes.tensat import TensatPass
+    w = tf.constant(np.random.RandomState(0).standard_normal((8, 4)).astype(np.float32), dtype=tf.bfloat16)
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 8], tf.float32)])
+    def f(x):
+        h = tf.matmul(tf.cast(x, tf.bfloat16), w)
+        return tf.cast(tf.nn.relu(h * tf.cast(2.0, tf.bfloat16)), tf.float32)
+    ffn, gd = convert_to_constants.convert_variables_to_constants_v2_as_graph(f.get_concrete_function())
+    item = GrapplerItem(tuple(t.name for t in ffn.inputs), tuple(t.name for t in ffn.outputs))
+    p = TensatPass()
+    out = p.optimize(gd, item)
+    assert p.stats.typed_nodes > 0 and p.stats.stop_reason != "error"
+    x = np.random.RandomState(1).standard_normal((3, 8)).astype(np.float32)
+    np.testing.assert_allclose(run_graph(out, item, [x])[0], run_graph(gd, item, [x])[0], rtol=2e-2, atol=2e-2)

@@ -60,7 +60,7 @@ def test_other_lengths_catch_a_rewrite_that_took_one_length_for_another():
     """At the standard inputs the query and the memory are both unknown_dim long; a candidate that reads the memory
     only as far as the query's length agrees there, and the check at other lengths (9 and 10) catches it."""
     ins, outs = _specs(k=(-1, -1, 4), m=(-1, -1, 4))
-    assert verify.other_lengths(ins, 8) == [{("k", 1): 9, ("m", 1): 10}]
+    assert verify.other_lengths(ins, 8) == [{("k", 1): 9, ("m", 1): 10}, {("k", 1): 9, ("m", 1): 9}]
 
     def wrong(k, m):
         return _attention(k, m[:, :tf.shape(k)[1]])
@@ -71,15 +71,22 @@ def test_other_lengths_catch_a_rewrite_that_took_one_length_for_another():
     assert verify.verify([("s", ins, outs, _attention, _attention, None)], (1, 4)).passed
 
 
-def test_other_lengths_fall_back_to_one_length_per_input_then_to_none():
-    """Tokens and their mask must agree: both variants give them different lengths, so the original refuses them and
-    nothing more is checked (the verification still passes on the standard inputs). An image whose height and width
-    must be equal gets the per-input variant (one length for both) after the per-dim one fails."""
+def test_other_lengths_fall_back_to_one_length_per_input_then_one_for_all_then_none():
+    """Tokens and their mask must agree: the per-dim and per-input lengths differ, the original refuses them, and the
+    check runs with one length for both. An image whose height and width must be equal gets the per-input variant
+    (one length for both) after the per-dim one fails. A model fixed at unknown_dim refuses every variant: nothing
+    more is checked, and the verification still passes on the standard inputs."""
     ins, outs = _specs(ids=(-1, -1), mask=(-1, -1))
 
     def masked(ids, mask):
         return {"y": ids * mask}
     result = verify.verify([("s", ins, outs, masked, masked, None)], (1, 4))
+    assert result.passed and result.per_output["s/y@4+lengths"]["lengths"] == "ids[1]=9, mask[1]=9"
+    ins1, outs1 = _specs(x=(-1, -1, 4))
+
+    def fixed(x):
+        return {"y": tf.reshape(x, [-1, 8, 4]) * 2.0}
+    result = verify.verify([("s", ins1, outs1, fixed, fixed, None)], (1, 4), unknown_dim=8)
     assert result.passed and not [k for k in result.per_output if "+lengths" in k]
     ins, outs = _specs(a=(-1, -1, -1, 3))
 
@@ -107,3 +114,29 @@ def test_a_signature_that_fails_at_another_length_is_not_written():
         assert "x[1]=9" in str(e)
     else:
         raise AssertionError("a candidate that fails at another length passed")
+
+
+# --- precision ----------------------------------------------------------------------------------------------------
+
+def test_a_graph_that_computes_in_bfloat16_is_held_to_bfloat16s_tolerance():
+    """Keras' mixed_bfloat16 keeps float32 inputs, variables and outputs and rounds every intermediate to 8 bits:
+    precision_rtol reads the least precise float type of the graph, and verification holds float outputs to it."""
+    def graph(dtype):
+        @tf.function(input_signature=[tf.TensorSpec([None, 4], tf.float32, name="x")])
+        def f(x):
+            return {"y": tf.cast(tf.nn.relu(tf.cast(x, dtype) * tf.cast(3.0, dtype)), tf.float32)}
+        return f.get_concrete_function().graph.as_graph_def()
+    assert verify.precision_rtol(graph(tf.bfloat16)) == verify.DEFAULT_RTOL[tf.bfloat16]
+    assert verify.precision_rtol(graph(tf.float16)) == verify.DEFAULT_RTOL[tf.float16]
+    assert verify.precision_rtol(graph(tf.float32)) == verify.DEFAULT_RTOL[tf.float32]
+    ins, outs = _specs(x=(-1, 4))
+
+    def ref(x):
+        return {"y": x * 3.0}
+
+    def rounded(x):                              # what a sound rewrite in bfloat16 may give: 0.5 % off
+        return {"y": x * 3.0 * 1.005}
+    pairs = [("s", ins, outs, ref, rounded, None)]
+    assert not verify.verify(pairs, (1, 4)).passed
+    assert verify.verify(pairs, (1, 4), precision={"s": verify.DEFAULT_RTOL[tf.bfloat16]}).passed
+    assert not verify.verify(pairs, (1, 4), rtol=1e-5, precision={"s": 2e-2}).passed   # the user's rtol wins

@@ -183,7 +183,8 @@ def _weight_key(node, arr: np.ndarray) -> bytes:
     if arr.dtype == object:                 # strings: their proto's bytes (an object array's are pointers)
         h.update(node.attr["value"].tensor.SerializeToString(deterministic=True))
     else:
-        h.update(memoryview(np.ascontiguousarray(arr)).cast("B"))     # no copy of the bytes
+        # the raw bytes, without a copy; as uint8, since a buffer of bfloat16 (ml_dtypes' 'E') cannot be made
+        h.update(memoryview(np.ascontiguousarray(arr).reshape(-1).view(np.uint8)))
     return h.digest()
 
 
