@@ -288,8 +288,16 @@ def verify(pairs, batch_sizes: Sequence[int] = (1, 4), seed: int = 0, rtol: Opti
     dims and no given inputs, once at the largest batch size with them at other lengths (module docstring).
     precision: signature -> precision_rtol of its graph, the float outputs' tolerance where looser than their own
     type's (when `rtol` is not given)."""
-    per, ok, worst_abs, worst_rel = {}, True, 0.0, 0.0
+    per: dict = {}
+
+    def record(key: str, a: np.ndarray, b: np.ndarray, dtype: tf.DType, tol: float, noise: float, **extra) -> None:
+        max_abs, max_rel, passed = compare(a, b, dtype, tol)
+        per[key] = {"max_abs_diff": max_abs, "max_rel_diff": max_rel, "passed": passed, "noise_floor": noise,
+                    "tolerance": tol, **extra}
+
     for sig, in_specs, out_specs, ref_fn, new_fn, base_fn in pairs:
+        floor = (precision or {}).get(sig, 0.0)
+        tols: dict = {}                         # output key -> the largest tolerance it got at the standard lengths
         feeds_list = [(f"given", given[sig])] if given and sig in given else verification_inputs(
             in_specs, batch_sizes, seed, unknown_dim)
         for tag, feeds in feeds_list:
@@ -304,18 +312,14 @@ def verify(pairs, batch_sizes: Sequence[int] = (1, 4), seed: int = 0, rtol: Opti
             for spec in out_specs:
                 a, b = ref[spec.key].numpy(), got[spec.key].numpy()
                 tol = rtol if rtol is not None else max(DEFAULT_RTOL.get(spec.dtype, 1e-5),
-                                                        (precision or {}).get(sig, 0.0) if spec.dtype.is_floating
-                                                        else 0.0)
+                                                        floor if spec.dtype.is_floating else 0.0)
                 noise = 0.0
                 if spec.dtype.is_floating:
                     for base in bases:
                         noise = max(noise, compare(a, base[spec.key].numpy(), spec.dtype, tol)[1])
                     tol = max(tol, NOISE_FACTOR * noise)
-                max_abs, max_rel, passed = compare(a, b, spec.dtype, tol)
-                per[f"{sig}/{spec.key}@{tag}"] = {"max_abs_diff": max_abs, "max_rel_diff": max_rel, "passed": passed,
-                                                  "noise_floor": noise, "tolerance": tol}
-                ok &= passed
-                worst_abs, worst_rel = max(worst_abs, max_abs), max(worst_rel, max_rel)
+                record(f"{sig}/{spec.key}@{tag}", a, b, spec.dtype, tol, noise)
+                tols[spec.key] = max(tols.get(spec.key, 0.0), tol)
         if given and sig in given:
             continue
         for lengths in other_lengths(in_specs, unknown_dim):
@@ -324,7 +328,6 @@ def verify(pairs, batch_sizes: Sequence[int] = (1, 4), seed: int = 0, rtol: Opti
                 ref = ref_fn(**feeds)
             except (tf.errors.OpError, ValueError):
                 continue                        # the original refuses these lengths: try the next, or check none
-            tag = f"{max(batch_sizes)}+lengths"
             try:
                 got = new_fn(**feeds)
             except tf.errors.OpError as e:
@@ -332,16 +335,12 @@ def verify(pairs, batch_sizes: Sequence[int] = (1, 4), seed: int = 0, rtol: Opti
                     f"the converted signature {sig} fails where the original runs, with its unknown dims at other "
                     f"lengths ({_lengths_text(lengths)}): {_reason(e, new_fn)}; nothing was written") from None
             for spec in out_specs:
-                a, b = ref[spec.key].numpy(), got[spec.key].numpy()
-                tol = LENGTHS_SLACK * max(v["tolerance"] for k, v in per.items()
-                                          if k.rsplit("@", 1)[0] == f"{sig}/{spec.key}")
-                max_abs, max_rel, passed = compare(a, b, spec.dtype, tol)
-                per[f"{sig}/{spec.key}@{tag}"] = {"max_abs_diff": max_abs, "max_rel_diff": max_rel, "passed": passed,
-                                                  "noise_floor": 0.0, "tolerance": tol,
-                                                  "lengths": _lengths_text(lengths)}
-                ok &= passed
-                worst_abs, worst_rel = max(worst_abs, max_abs), max(worst_rel, max_rel)
+                record(f"{sig}/{spec.key}@{max(batch_sizes)}+lengths", ref[spec.key].numpy(), got[spec.key].numpy(),
+                       spec.dtype, LENGTHS_SLACK * tols[spec.key], 0.0, lengths=_lengths_text(lengths))
             break
+    ok = all(v["passed"] for v in per.values())
+    worst_abs = max((v["max_abs_diff"] for v in per.values()), default=0.0)
+    worst_rel = max((v["max_rel_diff"] for v in per.values()), default=0.0)
     return Verification(ok, worst_abs, worst_rel, per, tuple(batch_sizes))
 
 
