@@ -173,7 +173,7 @@ def write_warmup(export_dir: str, model, batch_sizes: Sequence[int], seed: int, 
 
 def tolerances(report: dict) -> dict:
     """"signature/key" -> the largest tolerance verification used for it (over batch sizes; not the looser one of
-    the check at other lengths, tensat_tf/verify.py: the warm-up records are drawn at the standard ones)."""
+    the check at other sizes, tensat_tf/verify.py: the warm-up records are drawn at the standard ones)."""
     out: dict = {}
     for name, sig in report.get("signatures", {}).items():
         for k, v in sig.get("verification", {}).get("per_output", {}).items():

@@ -4,13 +4,16 @@ Run at batch 1 and a larger batch (unknown leading dims), per output key: max ab
 the relative difference is max|a-b| / max|a| (element-wise ratios explode on near-zero outputs). Integer and bool
 outputs must match exactly.
 
-Other lengths: every other unknown dim (a sequence, an image side) is unknown_dim long in those inputs, so a rewrite
-that held only at that length, or that took one unknown dim for another (a cross attention's query and memory
-lengths, an image's height and width), would pass them. A signature with such dims is also run once more at the
-larger batch with each of them at its own length (unknown_dim + 1, + 2, ...; where the original refuses that, one
-length per input; then one length, unknown_dim + 1, for all: a mask must match its tokens), compared at
-LENGTHS_SLACK times the tolerance the same output got at the standard lengths (the noise floor's baselines are
-recorded for those inputs only). Where the original refuses all three, nothing more is checked.
+Other sizes: every other unknown dim (a sequence, an image side) is unknown_dim long in those inputs, and every
+input's unknown leading dim is the same batch size, so a rewrite that held only at that length, or that took one
+unknown dim for another (a cross attention's query and memory lengths, an image's height and width, two towers'
+batches), would pass them. A signature with such dims is also run once more at the larger batch with each of them at
+its own size (unknown_dim + 1, + 2, ...; each input with an unknown leading dim at its own batch size, the larger
+batch + 0, + 1, ...). Where the original refuses that, the same batch for all (one query, one memory), then one length
+per input, then one length, unknown_dim + 1, for all (a mask must match its tokens), each first with the batches
+apart. It is compared at LENGTHS_SLACK times the tolerance the same output got at the standard inputs (the noise
+floor's baselines are recorded for those inputs only). Where the original refuses every variant, nothing more is
+checked.
 
 Tolerance: rtol (1e-5 for float32; unless the user sets it, the rtol of the least precise float type the graph
 computes in, where that is looser: precision_rtol), or NOISE_FACTOR times the noise floor when that is larger. The
@@ -61,13 +64,13 @@ class Verification:
 def random_inputs(specs: Sequence[TensorSpec], batch: int, seed: int, unknown_dim: int = UNKNOWN_DIM,
                   int_high: int = 2, lengths: Optional[dict] = None) -> dict[str, tf.Tensor]:
     """Seeded random feeds; an unknown leading dim is `batch`, every other unknown dim unknown_dim, or
-    lengths[(input key, dim index)] where given."""
+    lengths[(input key, dim index)] where given (index 0 included)."""
     rng = np.random.RandomState(seed)
     lengths = lengths or {}
     feeds = {}
     for s in specs:
         shape = [] if s.shape is None else [
-            (batch if i == 0 else lengths.get((s.key, i), unknown_dim)) if d < 0 else d for i, d in enumerate(s.shape)]
+            lengths.get((s.key, i), batch if i == 0 else unknown_dim) if d < 0 else d for i, d in enumerate(s.shape)]
         if s.dtype.is_floating:
             arr = rng.standard_normal(shape).astype(s.dtype.as_numpy_dtype)
         elif s.dtype.is_bool:
@@ -124,19 +127,24 @@ def precision_rtol(graph_def) -> float:
     return max(rtols, default=DEFAULT_RTOL[tf.float32])
 
 
-def other_lengths(specs: Sequence[TensorSpec], unknown_dim: int = UNKNOWN_DIM) -> list[dict]:
-    """The `lengths` of random_inputs to try, in order, for the check at other lengths (module docstring): every
+def other_lengths(specs: Sequence[TensorSpec], unknown_dim: int = UNKNOWN_DIM, batch: int = 4) -> list[dict]:
+    """The `lengths` of random_inputs to try, in order, for the check at other sizes (module docstring): every
     unknown dim but a leading one at its own length, then one length per input, then one length for all (inputs
-    that must agree: BERT's token ids, segment ids and mask); [] when there is none."""
-    dims = [(s.key, i) for s in sorted(specs, key=lambda s: s.key) if s.shape is not None
-            for i, d in enumerate(s.shape) if i > 0 and d < 0]
+    that must agree: BERT's token ids, segment ids and mask); each first with every unknown leading dim at its own
+    batch size where two inputs or more have one (a dual encoder's towers), then with `batch` for all (what a
+    cross attention's query and memory must share). [] when there is nothing to vary."""
+    ordered = [s for s in sorted(specs, key=lambda s: s.key) if s.shape is not None]
+    dims = [(s.key, i) for s in ordered for i, d in enumerate(s.shape) if i > 0 and d < 0]
+    leading = [(s.key, 0) for s in ordered if s.shape and s.shape[0] < 0]
+    apart = {kd: batch + j for j, kd in enumerate(leading)} if len(leading) > 1 else {}
     keys = sorted({k for k, _ in dims})
     out: list[dict] = []
     for v in ({kd: unknown_dim + 1 + j for j, kd in enumerate(dims)},
               {(k, i): unknown_dim + 1 + keys.index(k) for k, i in dims},
               {kd: unknown_dim + 1 for kd in dims}):
-        if v and v not in out:
-            out.append(v)
+        for w in ({**apart, **v}, v):
+            if w and w not in out:
+                out.append(w)
     return out
 
 
@@ -285,7 +293,7 @@ def verify(pairs, batch_sizes: Sequence[int] = (1, 4), seed: int = 0, rtol: Opti
     """pairs: [(signature name, input specs, output specs, reference fn, candidate fn, baseline fns)]: the noise
     floor is the largest distance of a baseline (None, one function or a tuple of them) from the reference. Inputs:
     random_inputs at each batch size, every other unknown dim unknown_dim long; then, for a signature with such
-    dims and no given inputs, once at the largest batch size with them at other lengths (module docstring).
+    dims and no given inputs, once at the largest batch size with them at other sizes (module docstring).
     precision: signature -> precision_rtol of its graph, the float outputs' tolerance where looser than their own
     type's (when `rtol` is not given)."""
     per: dict = {}
@@ -322,7 +330,7 @@ def verify(pairs, batch_sizes: Sequence[int] = (1, 4), seed: int = 0, rtol: Opti
                 tols[spec.key] = max(tols.get(spec.key, 0.0), tol)
         if given and sig in given:
             continue
-        for lengths in other_lengths(in_specs, unknown_dim):
+        for lengths in other_lengths(in_specs, unknown_dim, max(batch_sizes)):
             feeds = random_inputs(in_specs, max(batch_sizes), seed + 1000, unknown_dim, lengths=lengths)
             try:
                 ref = ref_fn(**feeds)
@@ -333,7 +341,7 @@ def verify(pairs, batch_sizes: Sequence[int] = (1, 4), seed: int = 0, rtol: Opti
             except tf.errors.OpError as e:
                 raise errors.VerificationFailed(
                     f"the converted signature {sig} fails where the original runs, with its unknown dims at other "
-                    f"lengths ({_lengths_text(lengths)}): {_reason(e, new_fn)}; nothing was written") from None
+                    f"sizes ({_lengths_text(lengths)}): {_reason(e, new_fn)}; nothing was written") from None
             for spec in out_specs:
                 record(f"{sig}/{spec.key}@{max(batch_sizes)}+lengths", ref[spec.key].numpy(), got[spec.key].numpy(),
                        spec.dtype, LENGTHS_SLACK * tols[spec.key], 0.0, lengths=_lengths_text(lengths))

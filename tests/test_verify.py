@@ -60,7 +60,9 @@ def test_other_lengths_catch_a_rewrite_that_took_one_length_for_another():
     """At the standard inputs the query and the memory are both unknown_dim long; a candidate that reads the memory
     only as far as the query's length agrees there, and the check at other lengths (9 and 10) catches it."""
     ins, outs = _specs(k=(-1, -1, 4), m=(-1, -1, 4))
-    assert verify.other_lengths(ins, 8) == [{("k", 1): 9, ("m", 1): 10}, {("k", 1): 9, ("m", 1): 9}]
+    apart = {("k", 0): 4, ("m", 0): 5}
+    assert verify.other_lengths(ins, 8) == [{**apart, ("k", 1): 9, ("m", 1): 10}, {("k", 1): 9, ("m", 1): 10},
+                                            {**apart, ("k", 1): 9, ("m", 1): 9}, {("k", 1): 9, ("m", 1): 9}]
 
     def wrong(k, m):
         return _attention(k, m[:, :tf.shape(k)[1]])
@@ -95,6 +97,25 @@ def test_other_lengths_fall_back_to_one_length_per_input_then_one_for_all_then_n
     assert verify.other_lengths(ins, 8) == [{("a", 1): 9, ("a", 2): 10}, {("a", 1): 9, ("a", 2): 9}]
     result = verify.verify([("s", ins, outs, square, square, None)], (1, 4))
     assert result.passed and result.per_output["s/y@4+lengths"]["lengths"] == "a[1]=9, a[2]=9"
+
+
+def test_other_sizes_give_two_towers_their_own_batch():
+    """A dual encoder's inputs need not share a batch: a candidate that took one tower's batch for the other's agrees
+    on the standard inputs (one batch for all) and fails where they differ. Inputs that must share one batch (the
+    attention above) fall back to it; a single input gets no variant of its batch."""
+    ins, outs = _specs(a=(-1, 4), b=(-1, 4))
+    assert verify.other_lengths(ins, 8) == [{("a", 0): 4, ("b", 0): 5}]
+    assert verify.other_lengths(_specs(x=(-1, 4))[0], 8) == []
+
+    def ref(a, b):
+        return {"y": a * tf.reduce_mean(b)}
+
+    def wrong(a, b):                             # sum / (a's batch * 4): the mean only where the batches agree
+        return {"y": a * tf.reduce_sum(b) / tf.cast(tf.shape(a)[0] * 4, tf.float32)}
+    result = verify.verify([("s", ins, outs, ref, wrong, None)], (1, 4))
+    assert [k for k, v in result.per_output.items() if not v["passed"]] == ["s/y@4+lengths"]
+    assert result.per_output["s/y@4+lengths"]["lengths"] == "a[0]=4, b[0]=5"
+    assert verify.verify([("s", ins, outs, ref, ref, None)], (1, 4)).passed
 
 
 def test_a_signature_that_fails_at_another_length_is_not_written():
