@@ -14,9 +14,10 @@ memory is a row, not the end of the sweep; the row has the conversion's peak res
 
 With --gain the worker also converts the model with no rules (both conversions then run without --profile, as
 `tools/bench.py --noconvert_profile` does) and measures the e-graph's own gain, no-rules latency over the default
-output's: TF, batch 1, one intra-op and one inter-op thread, --blocks paired blocks in both load orders
-(tensat_tf.latency.measure), the median of per-block ratios and its interval (tensat_tf.speedup.compare). That is
-the suite's measurement (tools/bench.py) on models the suite does not have.
+output's: TF, batch 1, one intra-op and one inter-op thread (--threads=0: TF's default threads, as TF Serving runs
+it), --blocks paired blocks in both load orders (tensat_tf.latency.measure), the median of per-block ratios and its
+interval (tensat_tf.speedup.compare). That is the suite's measurement (tools/bench.py) on models the suite does not
+have.
 
 --transformers are the suite's Keras-layer transformers (tensat_tf/zoo/transformers.py: real_encoder, real_decoder,
 real_vit), `gpt` (a GPT-2-style decoder the suite does not have) and `seq2seq` (an encoder-decoder: source and target
@@ -53,6 +54,8 @@ flags.DEFINE_integer("side", 64, "Input height and width (raised to an applicati
 flags.DEFINE_integer("timeout", 1800, "Seconds per application (build, export and convert).")
 flags.DEFINE_string("out_json", None, "Also write the rows here (after every application).")
 flags.DEFINE_bool("gain", False, "Also measure the e-graph's own gain (no-rules latency / default output's latency).")
+flags.DEFINE_enum("threads", "1", ["1", "0"], "With --gain: 1 (one intra-op and one inter-op thread) or 0 (TF's "
+                  "default threads).")
 flags.DEFINE_integer("blocks", 12, "With --gain: timing blocks (paired: both outputs run in every block).")
 flags.DEFINE_list("transformers", [], "FAMILY:DxHEADSxFFNxLAYERS entries (tensat_tf/zoo/transformers.py BUILDERS).")
 flags.DEFINE_integer("seq", None, "Unknown dims but the batch (a sequence) at conversion and timing (default: the "
@@ -140,7 +143,7 @@ def _gain(src: str, out: str, plain: str) -> dict:
     engine = _engine(enable_rules=[])
     convert(src, plain, Options(profile=False, engine=engine))
     m = latency.measure([plain, out], "serving_default", batch_size=1, blocks=FLAGS.blocks,
-                        unknown_dim=engine.unknown_dim)
+                        unknown_dim=engine.unknown_dim, threads=int(FLAGS.threads))
     (p, o) = m["tf"]
     d = speedup.compare(p["block_medians"], o["block_medians"])
     return {"no_rules_ms": round(p["ms"], 3), "optimized_ms": round(o["ms"], 3), "ratio": round(d.ratio, 3),
@@ -173,7 +176,7 @@ def run_one(name: str, side: int, timeout: int, exported: Optional[str] = None) 
                 return dict(row, build_s=round(time.perf_counter() - t, 1), error="build: " + err)
         row["build_s"] = round(time.perf_counter() - t, 1)
         got, err = _child([f"--worker={src}"] + ([f"--seq={FLAGS.seq}"] if FLAGS.seq else [])
-                          + (["--gain", f"--blocks={FLAGS.blocks}"] if FLAGS.gain else []), timeout)
+                          + (["--gain", f"--blocks={FLAGS.blocks}", f"--threads={FLAGS.threads}"] if FLAGS.gain else []), timeout)
     return dict(row, error="convert: " + err) if err else dict(row, **got)
 
 
@@ -231,7 +234,8 @@ def main(argv):
                 json.dump(rows, f, indent=1)
     ok = sum("error" not in r for r in rows)
     print(markdown(rows))
-    print(f"\n{ok} of {len(rows)} converted and verified; {time.perf_counter() - t0:.0f} s.")
+    threads = f"; gain at {'TF default' if FLAGS.threads == '0' else 'one'} thread(s)" if FLAGS.gain else ""
+    print(f"\n{ok} of {len(rows)} converted and verified; {time.perf_counter() - t0:.0f} s{threads}.")
 
 
 if __name__ == "__main__":
