@@ -161,6 +161,27 @@ def test_broadcast_weights_are_squeezed_only_where_sound():
         np.testing.assert_allclose(a, b, rtol=1e-6)
 
 
+def test_a_one_filter_convs_bias_has_no_scalar_bias_add():
+    """Keras adds a Conv2D's bias as a [1, 1, 1, filters] constant; with one filter (an autoencoder's grayscale output,
+    a one-class mask) that squeezes to a scalar, and its BiasAdd form was unioned in at ingest: every emit that took
+    it failed ("Shape must be rank 1 but is rank 0"), and the tensat pass kept its input. Now the AddV2 keeps no
+    BiasAdd form there; the pass runs and computes the original's values."""
+    from tensat_tf.passes.tensat import TensatPass
+    w = tf.constant(RNG.standard_normal((3, 3, 3, 1)).astype(np.float32))
+    b = tf.constant(RNG.standard_normal((1, 1, 1, 1)).astype(np.float32))
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 6, 6, 3], name="img")])
+    def fn(img):
+        return {"y": tf.sigmoid(tf.nn.conv2d(img, w, 1, "SAME") + b)}
+    gd, item = frozen(fn)
+    ing, eg = loaded(gd, item)
+    exp = export.export(eg, ing.roots)
+    assert "BiasAdd" not in {n.op for n in exp.egraph.nodes}
+    out = TensatPass().optimize(gd, item)
+    feeds = [RNG.standard_normal((2, 6, 6, 3)).astype(np.float32)]
+    np.testing.assert_allclose(run_graph(out, item, feeds)[0], run_graph(gd, item, feeds)[0], rtol=1e-5, atol=1e-6)
+
+
 # ------------------------------------------------------------------ real Keras exports
 @pytest.fixture(scope="module")
 def keras_exports(tmp_path_factory):

@@ -384,10 +384,11 @@ class _Ingest:
             if y_shape is None or b_shape is None or len(y_shape) < 2 or not b_shape:
                 continue
             # b's [C] form: b itself, or its squeezed twin (only one operand gets one: a [1,1,C] b whose other
-            # operand was squeezed instead has no rank-1 form here)
+            # operand was squeezed instead has no rank-1 form here; a [1,1,1,1] b, a one-filter conv's bias, is
+            # squeezed to a scalar, which BiasAdd refuses)
             if len(b_shape) == 1:
                 b_let = self.ing.output_lets[_tensor_name(*_tensor_ref(b))]
-            elif squeezed[1 - k] is not None and all(d == 1 for d in b_shape[:-1]):
+            elif squeezed[1 - k] is not None and all(d == 1 for d in b_shape[:-1]) and b_shape[-1] != 1:
                 b_let = squeezed[1 - k]
             else:
                 continue
