@@ -281,10 +281,29 @@ def baselines(graph_def, inputs: Sequence[TensorSpec], outputs: Sequence[TensorS
 
 
 def check_original(model, batch_sizes: Sequence[int] = (1, 4), seed: int = 0, unknown_dim: int = UNKNOWN_DIM) -> None:
-    """Run every original signature of a LoadedModel on verification's inputs (before any optimization work)."""
+    """Run every original signature of a LoadedModel on verification's inputs (before any optimization work), the
+    first of them twice: an output that two calls on the same inputs do not give alike (a random op: a VAE's sample,
+    noise) cannot be compared with any conversion, so the signature is refused (errors.UnsupportedSignature) rather
+    than verified against a noise floor as large as the output."""
     for name, sig in sorted(model.signatures.items()):
-        for tag, feeds in verification_inputs(sig.inputs, batch_sizes, seed, unknown_dim):
-            run_original(sig.function, name, tag, feeds)
+        for i, (tag, feeds) in enumerate(verification_inputs(sig.inputs, batch_sizes, seed, unknown_dim)):
+            got = run_original(sig.function, name, tag, feeds)
+            if i == 0:
+                again = run_original(sig.function, name, tag, feeds)
+                for spec in sig.outputs:
+                    a, b = got[spec.key].numpy(), again[spec.key].numpy()
+                    rel = compare(a, b, spec.dtype, DEFAULT_RTOL.get(spec.dtype, 1e-5))
+                    if not rel[2]:
+                        raise errors.UnsupportedSignature(
+                            f"signature '{name}': output '{spec.key}' is not deterministic (two calls on the same "
+                            f"inputs differ by {rel[1]:.2g} relative{_random_ops(sig.graph_def)}), so no conversion "
+                            f"of it can be verified; select the other signatures with --signatures")
+
+
+def _random_ops(graph_def) -> str:
+    ops = sorted({n.op for n in [*graph_def.node, *(n for f in graph_def.library.function for n in f.node_def)]
+                  if "Random" in n.op or n.op in ("Multinomial", "RandomShuffle")})
+    return f"; random ops: {', '.join(ops)}" if ops else ""
 
 
 def verify(pairs, batch_sizes: Sequence[int] = (1, 4), seed: int = 0, rtol: Optional[float] = None,

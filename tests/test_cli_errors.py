@@ -120,6 +120,50 @@ def test_output_exists_and_not_empty(mlp_copy, tmp_path):
 
 
 @pytest.mark.slow
+class _ImpureModel(tf.Module):
+    """Signatures that are not functions of their inputs: one samples (a VAE's z, raw tf.random.normal), one writes a
+    variable on every call (a seed generator's state), and a plain one."""
+
+    def __init__(self):
+        self.w = tf.Variable(tf.random.stateless_normal([4, 4], seed=[1, 2]))
+        self.calls = tf.Variable(0, dtype=tf.int64)
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 4], name="x")])
+    def sample(self, x):
+        m = tf.matmul(x, self.w)
+        return {"mean": m, "z": m + tf.random.normal(tf.shape(m))}
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 4], name="x")])
+    def counted(self, x):
+        self.calls.assign_add(1)
+        return {"y": tf.matmul(x, self.w)}
+
+    @tf.function(input_signature=[tf.TensorSpec([None, 4], name="x")])
+    def dense(self, x):
+        return {"y": tf.matmul(x, self.w)}
+
+
+def test_a_signature_that_is_not_a_function_of_its_inputs_is_refused(tmp_path):
+    """A random output's noise floor is as large as the output, so any conversion of it would have passed: refused
+    by name (the original called twice on the same inputs). A signature that writes a variable failed to run once
+    frozen, in a message about types; now it is refused as what it is. The plain one still converts."""
+    src = str(tmp_path / "impure")
+    m = _ImpureModel()
+    tf.saved_model.save(m, src, signatures={"sample": m.sample, "counted": m.counted, "dense": m.dense})
+    out = str(tmp_path / "out")
+    digest = tree_digest(src)
+    proc = run_cli("convert", src, f"--output_dir={out}", "--signatures=sample", "--noprofile")
+    assert_clean_failure(proc, errors.UnsupportedSignature.exit_code, "output 'z' is not deterministic", out, src,
+                         digest)
+    assert "RandomStandardNormal" in proc.stderr
+    assert_clean_failure(run_cli("convert", src, f"--output_dir={out}", "--signatures=counted", "--noprofile"),
+                         errors.UnsupportedSignature.exit_code, "writes its own variables when called (AssignAddVariableOp",
+                         out, src, digest)
+    proc = run_cli("convert", src, f"--output_dir={out}", "--signatures=dense", "--noprofile")
+    assert proc.returncode == 0, proc.stderr
+    assert tree_digest(src) == digest
+
+
 def test_table_signature_refused_by_name(table_model, tmp_path):
     out = str(tmp_path / "out")
     digest = tree_digest(table_model)

@@ -146,6 +146,19 @@ def _call_key(fn) -> tuple:
             repr(fn.structured_input_signature), repr(fn.structured_outputs))
 
 
+# A signature that writes its own variables when called (a Keras 3 SeedGenerator's state: keras.random in a layer's
+# call, Monte Carlo dropout; a counter in a tf.Module) is not a function of its inputs: freezing turns the variable
+# into a constant that the write then cannot take, and each call would change what the next one computes.
+VARIABLE_WRITES = ("AssignVariableOp", "AssignAddVariableOp", "AssignSubVariableOp")
+VARIABLE_WRITE_PREFIXES = ("ResourceScatter", "ResourceApply", "ResourceSparseApply", "ResourceStridedSliceAssign")
+
+
+def _writes_variables(graph_def) -> list[str]:
+    """The ops of `graph_def` (and its function library) that write a variable, sorted, each once."""
+    return sorted({n.op for n in [*graph_def.node, *(n for f in graph_def.library.function for n in f.node_def)]
+                   if n.op in VARIABLE_WRITES or n.op.startswith(VARIABLE_WRITE_PREFIXES)})
+
+
 def _table_entry(sig_name: str, kind: str, key: str, tensor, spec) -> TensorSpec:
     if spec.dtype in (tf.string, tf.variant, tf.resource):
         raise errors.UnsupportedSignature(
@@ -210,6 +223,12 @@ def load(path: str, tags: Sequence[str] = ("serve",), only: Optional[Sequence[st
         except Exception as e:  # noqa: BLE001 - as above: a damaged function library
             raise errors.CorruptSavedModel(f"signature '{name}' of {path} cannot be frozen: "
                                            f"{type(e).__name__}: {errors.first_line(e)}") from None
+        writes = _writes_variables(gd)
+        if writes:
+            raise errors.UnsupportedSignature(
+                f"signature '{name}' writes its own variables when called ({', '.join(writes)}: a random seed's state, "
+                f"a counter), so it is not a function of its inputs and cannot be frozen or verified; select the "
+                f"other signatures with --signatures")
         inputs, outputs = _io_table(fn, frozen_in, frozen_out, name)
         sigs[name] = frozen[key] = Signature(name, gd, inputs, outputs, fn)
     return LoadedModel(path, sigs, skipped, loaded)
