@@ -57,12 +57,22 @@ def run(graph_def, item: GrapplerItem, passes) -> tuple[object, list[PassResult]
         n0 = len(graph_def.node)
         try:
             out = p.optimize(graph_def, item)
-            check_invariants(before_sig, out, item)
         except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException as e:  # noqa: BLE001 - any failure of a pass (egglog panics derive from
             # BaseException) means: keep its input graph and say why
             results.append(PassResult(p.name, time.perf_counter() - t, n0, n0, False, f"{type(e).__name__}: {e}"))
+            continue
+        try:
+            check_invariants(before_sig, out, item)
+        except (KeyboardInterrupt, SystemExit):
+            raise
+        except BaseException as e:  # noqa: BLE001 - as above; a pass that keeps its own report (`rejected`) is
+            # told that its output was not taken, so the report does not describe a graph that was dropped
+            reason = f"{type(e).__name__}: {e}"
+            if hasattr(p, "rejected"):
+                p.rejected(reason)
+            results.append(PassResult(p.name, time.perf_counter() - t, n0, n0, False, reason))
             continue
         results.append(PassResult(p.name, time.perf_counter() - t, n0, len(out.node), True))
         graph_def = out

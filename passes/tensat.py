@@ -17,6 +17,7 @@ from tensat_tf import cost as cost_mod
 from tensat_tf import grappler
 from tensat_tf import rules as rules_mod
 from tensat_tf import terms
+from tensat_tf.cost import opaque as opaque_mod
 from tensat_tf.cost import sizes as sizes_mod
 from tensat_tf.egraph import cycles
 from tensat_tf.egraph import emit as emit_mod
@@ -190,6 +191,15 @@ class TensatPass:
                 self.stats.kept_input = f"the pass failed: {type(e).__name__}: {e}"
                 raise
 
+    def rejected(self, reason: str) -> None:
+        """The pipeline did not take this pass's output (its invariant check failed: passes/pipeline.py): the report
+        says the pass failed and its input was kept, not what the dropped output would have done."""
+        self.stats.stop_reason = StopReason.ERROR.value
+        self.stats.kept_input = f"the pass's output was rejected: {reason}"
+        self.stats.rules_applied = {}
+        if self.stats.extraction.get("cost_before") is not None:
+            self.stats.extraction["cost_after"] = self.stats.extraction["cost_before"]
+
     def _optimize(self, graph_def, item: GrapplerItem):
         o = self.options
         stats = self.stats = TensatStats()
@@ -228,6 +238,8 @@ class TensatPass:
         lap("prepare")
         cost_before = dag.dag_cost(g, orig_choice)
         ex = {"method": o.method, "device": model.device.name, "cost_before": round(cost_before, 6)}
+        kept = opaque_mod.estimate(ing, model.device, o.batch_size, o.unknown_dim)
+        ex.update(opaque_ms=round(kept.ms, 6), opaque_unpriced=kept.unpriced)
         if sat.stop_reason in (StopReason.NO_RULES, StopReason.ERROR):
             ex.update(method="original", status="optimal", cost_after=ex["cost_before"])
             stats.extraction = ex

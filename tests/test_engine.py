@@ -356,3 +356,29 @@ def test_a_failed_pass_says_so_in_its_report(monkeypatch):
     report = p.stats.to_json()
     assert report["egraph"]["stop_reason"] == "error"
     assert "Illegal merge" in report["extraction"]["kept_input"]
+
+
+def test_a_pass_output_the_pipeline_rejects_is_reported_as_kept_input(monkeypatch):
+    """The pipeline's invariant check runs after the pass (a one-filter conv's scalar BiasAdd failed there): the
+    pipeline keeps the input, and the pass's report must say so, not show the dropped output's stop reason, rules
+    and predicted cost."""
+    from tensat_tf.passes import pipeline
+    from tensat_tf.passes.tensat import TensatPass
+    gd, item = conv_scale_bias_relu(8)
+    p = TensatPass()
+    real = p._optimize
+
+    def internal_op(graph_def, item):
+        out = real(graph_def, item)
+        bad = type(out)()
+        bad.CopyFrom(out)
+        bad.node.add(name="leftover", op="_Internal")
+        return bad
+    monkeypatch.setattr(p, "_optimize", internal_op)
+    out, results = pipeline.run(gd, item, [p])
+    assert out is gd and not results[-1].ok
+    report = p.stats.to_json()
+    assert report["egraph"]["stop_reason"] == "error"
+    assert report["extraction"]["kept_input"].startswith("the pass's output was rejected: AssertionError")
+    assert report["rules_applied"] == {}
+    assert report["extraction"]["cost_after"] == report["extraction"]["cost_before"]
