@@ -96,19 +96,16 @@ def speedups(report: dict) -> tuple[Optional[float], Optional[float]]:
 
     Measured: the profile stage's latency ratio per signature (1.0 where it kept the original graph), geometric mean
     over the profiled signatures. Predicted: total cost-model cost before / after over all signatures, one call of
-    each (cost.analytic.predicted_gain)."""
+    each (cost.analytic.reported_gain)."""
     from tensat_tf.cost import analytic
-    measured, before, after, calls = [], 0.0, 0.0, 0
+    measured = []
     for sig in report.get("signatures", {}).values():
         prof = sig.get("profile") or {}
         if prof.get("speedup") is not None:
             measured.append(1.0 if prof.get("kept_original") else float(prof["speedup"]))
-        ex = sig.get("extraction") or {}
-        if ex.get("cost_before") is not None and ex.get("cost_after") is not None:
-            before, after, calls = before + ex["cost_before"], after + ex["cost_after"], calls + 1
     speed = round(math.exp(sum(math.log(x) for x in measured) / len(measured)), 4) if measured else None
-    predicted = round(analytic.predicted_gain(before, after, calls=calls), 4) if after > 0 else None
-    return speed, predicted
+    predicted = analytic.reported_gain([sig.get("extraction") for sig in report.get("signatures", {}).values()])
+    return speed, None if predicted is None else round(predicted, 4)
 
 
 # -- the worker (runs in the spawned child) ----------------------------------------------------------------------------

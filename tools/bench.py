@@ -242,14 +242,14 @@ def markdown(rows: list, command: str) -> str:
 
 def _predicted(e: dict) -> float:
     """The cost model's e-graph gain for one signature: its predicted cost of the pass's input (what the no-rules
-    conversion writes) over that of its output, a call's fixed cost included (analytic.predicted_gain: TF, CPU, as
-    measured here); nan when the signature has no extraction."""
+    conversion writes) over that of its output, a call's fixed cost and its opaque ops' work included
+    (analytic.reported_gain: TF, CPU, as measured here); nan when the signature has no extraction."""
     from tensat_tf.cost import analytic
     ex = e.get("extraction") or {}
-    before, after = ex.get("cost_before"), ex.get("cost_after")
-    if ex.get("kept_input") and before:
+    if ex.get("kept_input") and ex.get("cost_before"):
         return 1.0                  # the pass kept its input (e.g. the Grappler check): the no-rules graph
-    return analytic.predicted_gain(before, after) if before and after else float("nan")
+    gain = analytic.reported_gain([ex])
+    return float("nan") if gain is None else gain
 
 
 def _peer_ms(d: dict, which: str, error) -> str:

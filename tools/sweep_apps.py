@@ -105,6 +105,7 @@ def worker(src: str) -> dict:
     import resource
 
     from tensat_tf.convert import convert
+    from tensat_tf.cost import analytic
     from tensat_tf.options import Options
     with tempfile.TemporaryDirectory() as d:
         out, plain = os.path.join(d, "out"), os.path.join(d, "plain")
@@ -120,8 +121,7 @@ def worker(src: str) -> dict:
     eg, ex = s["egraph"], s["extraction"]
     row.update(typed_nodes=eg["typed_nodes"], enodes=eg["enodes"], iterations=eg["iterations"],
                stop=eg["stop_reason"], pass_s=round(sum(eg["timing_s"].values()), 2),
-               extraction=ex.get("status"), predicted=round(ex["cost_before"] / ex["cost_after"], 3)
-               if ex.get("cost_after") else None,
+               extraction=ex.get("status"), predicted=_rounded(analytic.reported_gain([ex])),
                rules=sum(s["rules_applied"].values()), max_rel_diff=s["verification"]["max_rel_diff"],
                signatures=len(rep["signatures"]),
                stages={k: round(v, 1) for k, v in rep["timing_s"].items() if v >= 1.0})
@@ -132,6 +132,10 @@ def _engine(**changes):
     """The engine options of the sweep's conversions: the defaults, with --seq as the unknown dims' length."""
     from tensat_tf.options import EngineOptions
     return EngineOptions(**({"unknown_dim": FLAGS.seq} if FLAGS.seq else {}), **changes)
+
+
+def _rounded(x: Optional[float]) -> Optional[float]:
+    return None if x is None else round(x, 3)
 
 
 def _gain(src: str, out: str, plain: str) -> dict:

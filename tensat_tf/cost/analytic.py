@@ -407,11 +407,23 @@ def with_hazards(exp: Exported, costs_ms: list[float], device: Device) -> list[f
     return out
 
 
-def predicted_gain(cost_before_ms: float, cost_after_ms: float, device: Device = CPU, calls: int = 1) -> float:
+def predicted_gain(cost_before_ms: float, cost_after_ms: float, device: Device = CPU, calls: int = 1,
+                   opaque_ms: float = 0.0) -> float:
     """The speed-up of whole calls that two extraction costs (DAG costs before and after, summed over `calls`
-    signatures called once each) predict: the device's fixed cost of a call counts in both."""
+    signatures called once each) predict: the device's fixed cost of a call counts in both, and so does the work of
+    the ops the e-graph keeps opaque (`opaque_ms`, cost/opaque.py), which extraction prices at their overhead."""
     call = device_named(device).call_overhead_us * 1e-3 * calls
-    return (cost_before_ms + call) / (cost_after_ms + call)
+    return (cost_before_ms + opaque_ms + call) / (cost_after_ms + opaque_ms + call)
+
+
+def reported_gain(extractions: Sequence[dict], device: Device = CPU) -> Optional[float]:
+    """predicted_gain of the tensat pass's report entries (`extraction` of each signature: cost_before, cost_after,
+    opaque_ms), one call of each; None when none has both costs."""
+    done = [e for e in extractions if e and e.get("cost_before") is not None and e.get("cost_after") is not None]
+    if not done or sum(e["cost_after"] for e in done) <= 0:
+        return None
+    return predicted_gain(sum(e["cost_before"] for e in done), sum(e["cost_after"] for e in done), device,
+                          calls=len(done), opaque_ms=sum(e.get("opaque_ms") or 0.0 for e in done))
 
 
 def priced(exp: Exported, batch_size: int = 1, device: Device = CPU, unknown_dim: int = UNKNOWN_DIM,
