@@ -45,6 +45,16 @@ def test_wrong_weight_is_far_above_the_rounding_floor():
     assert result.max_rel_diff > verify.NOISE_FACTOR * floor
 
 
+def test_non_finite_values_must_match_in_kind_and_sign():
+    """NaN, +inf and -inf are different values: each must be where the original has it."""
+    f = tf.float32
+    assert verify.compare(np.array([np.nan, -np.inf, 1.0]), np.array([np.nan, -np.inf, 1.0]), f, 1e-5)[2]
+    assert not verify.compare(np.array([np.nan, 1.0]), np.array([np.inf, 1.0]), f, 1e-5)[2]
+    assert not verify.compare(np.array([np.inf, 1.0]), np.array([-np.inf, 1.0]), f, 1e-5)[2]
+    assert not verify.compare(np.array([-np.inf, 1.0]), np.array([np.nan, 1.0]), f, 1e-5)[2]
+    assert not verify.compare(np.array([2.0, 1.0]), np.array([np.nan, 1.0]), f, 1e-5)[2]
+
+
 # --- other lengths ----------------------------------------------------------------------------------------------
 
 def _specs(**shapes):
