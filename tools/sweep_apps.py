@@ -12,6 +12,9 @@ with `model.export` (dynamic batch), then converted with the default options (ve
 its own worker processes (one builds, one converts, each within --timeout seconds): one that crashes or runs out of
 memory is a row, not the end of the sweep; the row has the conversion's peak resident memory.
 
+The predicted gain is the cost model's, as tools/bench.py reports it (analytic.reported_gain: a call's fixed cost and
+the opaque ops' estimated work count on both sides).
+
 With --gain the worker also converts the model with no rules (both conversions then run without --profile, as
 `tools/bench.py --noconvert_profile` does) and measures the e-graph's own gain, no-rules latency over the default
 output's: TF, batch 1, one intra-op and one inter-op thread (--threads=0: TF's default threads, as TF Serving runs
