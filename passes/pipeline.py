@@ -55,22 +55,17 @@ def run(graph_def, item: GrapplerItem, passes) -> tuple[object, list[PassResult]
     for p in passes:
         t = time.perf_counter()
         n0 = len(graph_def.node)
+        out = None
         try:
             out = p.optimize(graph_def, item)
-        except (KeyboardInterrupt, SystemExit):
-            raise
-        except BaseException as e:  # noqa: BLE001 - any failure of a pass (egglog panics derive from
-            # BaseException) means: keep its input graph and say why
-            results.append(PassResult(p.name, time.perf_counter() - t, n0, n0, False, f"{type(e).__name__}: {e}"))
-            continue
-        try:
             check_invariants(before_sig, out, item)
         except (KeyboardInterrupt, SystemExit):
             raise
-        except BaseException as e:  # noqa: BLE001 - as above; a pass that keeps its own report (`rejected`) is
-            # told that its output was not taken, so the report does not describe a graph that was dropped
+        except BaseException as e:  # noqa: BLE001 - any failure of a pass (egglog panics derive from
+            # BaseException) means: keep its input graph and say why; a pass whose output the check refused and that
+            # keeps its own report (`rejected`) is told, so the report does not describe a graph that was dropped
             reason = f"{type(e).__name__}: {e}"
-            if hasattr(p, "rejected"):
+            if out is not None and hasattr(p, "rejected"):
                 p.rejected(reason)
             results.append(PassResult(p.name, time.perf_counter() - t, n0, n0, False, reason))
             continue

@@ -43,7 +43,7 @@ import tensorflow as tf
 
 from tensat_tf import errors
 from tensat_tf.io import weights
-from tensat_tf.io.load import TensorSpec
+from tensat_tf.io.load import TensorSpec, every_node
 from tensat_tf.options import MIN_VARIABLE_ELEMENTS, UNKNOWN_DIM
 
 NOISE_FACTOR = 10.0
@@ -116,8 +116,7 @@ def precision_rtol(graph_def) -> float:
     twin (one float32 step of each weight, lost again in the cast to bfloat16) accounts for. A mixed_bfloat16
     transformer's output moved by 4.6e-3 (relative) under sound rewrites, with a noise floor of 2e-7 (BENCHMARKS.md)."""
     types: set = set()
-    nodes = list(graph_def.node) + [n for f in graph_def.library.function for n in f.node_def]
-    for node in nodes:
+    for node in every_node(graph_def):
         for a in node.attr.values():
             if a.HasField("type"):
                 types.add(a.type)
@@ -186,7 +185,7 @@ def _reason(e: tf.errors.OpError, fn) -> str:
     if node is not None:
         try:
             gd = fn.graph.as_graph_def()
-            for n in list(gd.node) + [n for f in gd.library.function for n in f.node_def]:
+            for n in every_node(gd):
                 if n.name == node:
                     op = n.op
                     break
@@ -304,8 +303,7 @@ def check_original(model, batch_sizes: Sequence[int] = (1, 4), seed: int = 0, un
 
 
 def _random_ops(graph_def) -> str:
-    ops = sorted({n.op for n in [*graph_def.node, *(n for f in graph_def.library.function for n in f.node_def)]
-                  if "Random" in n.op or n.op in ("Multinomial", "RandomShuffle")})
+    ops = sorted({n.op for n in every_node(graph_def) if "Random" in n.op or n.op == "Multinomial"})
     return f"; random ops: {', '.join(ops)}" if ops else ""
 
 

@@ -182,8 +182,8 @@ def run_one(name: str, side: int, timeout: int, exported: Optional[str] = None) 
             if err:
                 return dict(row, build_s=round(time.perf_counter() - t, 1), error="build: " + err)
         row["build_s"] = round(time.perf_counter() - t, 1)
-        got, err = _child([f"--worker={src}"] + ([f"--seq={FLAGS.seq}"] if FLAGS.seq else [])
-                          + (["--gain", f"--blocks={FLAGS.blocks}", f"--threads={FLAGS.threads}"] if FLAGS.gain else []), timeout)
+        gain = ["--gain", f"--blocks={FLAGS.blocks}", f"--threads={FLAGS.threads}"] if FLAGS.gain else []
+        got, err = _child([f"--worker={src}"] + ([f"--seq={FLAGS.seq}"] if FLAGS.seq else []) + gain, timeout)
     return dict(row, error="convert: " + err) if err else dict(row, **got)
 
 

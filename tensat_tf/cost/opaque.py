@@ -20,8 +20,8 @@ import dataclasses
 import math
 from typing import Optional
 
-from tensat_tf.cost import sizes
-from tensat_tf.cost.analytic import DTYPE_BYTES, Device
+from tensat_tf.cost.analytic import DTYPE_BYTES, Device, concrete
+from tensat_tf.symbolic import tensor_ref
 from tensat_tf.options import UNKNOWN_DIM
 
 # ops whose work is a body this module cannot see
@@ -36,18 +36,8 @@ class Estimate:
 
 
 def _shape(ing, tensor: str, batch_size: int, unknown_dim: int) -> Optional[tuple[int, ...]]:
-    """A tensor's dims at batch_size, as extraction's prices read them (analytic.concrete): from its symbols where
-    ingest found them, else an unknown dim 0 is the batch and any other unknown_dim long. None: unknown rank."""
-    dims = ing.sizes.get(tensor, ing.shapes.get(tensor))
-    if dims is None:
-        return None
-    out = [sizes.evaluate(d, batch_size, ing.batch_bases, unknown_dim) for d in dims]
-    return tuple((batch_size if k == 0 else unknown_dim) if d is None else d for k, d in enumerate(out))
-
-
-def _tensor(inp: str) -> str:
-    name, _, k = inp.partition(":")
-    return f"{name}:{k or 0}"
+    """A tensor's dims at batch_size, as extraction's prices read them (analytic.concrete). None: unknown rank."""
+    return concrete(ing.shapes.get(tensor), batch_size, ing.sizes.get(tensor), ing.batch_bases, unknown_dim)
 
 
 def flops(op: str, attrs, ins: list[tuple[int, ...]], outs: list[tuple[int, ...]]) -> float:
@@ -64,9 +54,8 @@ def flops(op: str, attrs, ins: list[tuple[int, ...]], outs: list[tuple[int, ...]
     if op in ("MaxPool3D", "AvgPool3D"):
         return float(math.prod(out) * math.prod(attrs["ksize"].list.i))
     if op in ("BatchMatMulV3", "BatchMatMul"):
-        a, b = ins
-        adj_x, adj_y = attrs["adj_x"].b if "adj_x" in attrs else False, attrs["adj_y"].b if "adj_y" in attrs else False
-        k = a[-2] if adj_x else a[-1]
+        a = ins[0]
+        k = a[-2] if "adj_x" in attrs and attrs["adj_x"].b else a[-1]
         return 2.0 * math.prod(out) * k
     return float(sum(math.prod(o) for o in outs))
 
@@ -79,7 +68,7 @@ def estimate(ing, device: Device, batch_size: int = 1, unknown_dim: int = UNKNOW
         if node.op in UNPRICED:
             unpriced += 1
             continue
-        ins = [_shape(ing, _tensor(i), batch_size, unknown_dim) for i in node.input if not i.startswith("^")]
+        ins = [_shape(ing, tensor_ref(i), batch_size, unknown_dim) for i in node.input if not i.startswith("^")]
         n_out = len(ing.opaque_dtypes.get(name, ())) or 1
         outs = [_shape(ing, f"{name}:{k}", batch_size, unknown_dim) for k in range(n_out)]
         if any(s is None for s in ins + outs):

@@ -122,12 +122,19 @@ def _freeze(fn) -> tuple[tf.compat.v1.GraphDef, list, list]:
     return graph_def, [t for t in fn.inputs if id(t) not in converted], list(fn.outputs)
 
 
+def every_node(graph_def):
+    """The nodes of `graph_def` and of every function in its library, in that order."""
+    yield from graph_def.node
+    for f in graph_def.library.function:
+        yield from f.node_def
+
+
 def without_debug_info(graph_def) -> tf.compat.v1.GraphDef:
     """A copy of `graph_def` without the nodes' debug info (graph and library), which names the function each node
     was traced in: two traces of one computation differ there and nowhere else."""
     graph = tf.compat.v1.GraphDef()
     graph.CopyFrom(graph_def)
-    for node in [*graph.node, *(n for f in graph.library.function for n in f.node_def)]:
+    for node in every_node(graph):
         node.ClearField("experimental_debug_info")
     return graph
 
@@ -139,7 +146,7 @@ def _call_key(fn) -> tuple:
     two wrappers of one traced function; freezing each copies every weight into a constant (VGG16 at 64x64: 4.5 s
     and 0.4 GB each)."""
     graph = without_debug_info(fn.graph.as_graph_def())
-    for node in [*graph.node, *(n for f in graph.library.function for n in f.node_def)]:
+    for node in every_node(graph):
         if "_user_specified_name" in node.attr:     # a capture's placeholder is named after the capture's id
             del node.attr["_user_specified_name"]
     return (graph.SerializeToString(deterministic=True), tuple(id(t) for t in fn.captured_inputs),
@@ -155,7 +162,7 @@ VARIABLE_WRITE_PREFIXES = ("ResourceScatter", "ResourceApply", "ResourceSparseAp
 
 def _writes_variables(graph_def) -> list[str]:
     """The ops of `graph_def` (and its function library) that write a variable, sorted, each once."""
-    return sorted({n.op for n in [*graph_def.node, *(n for f in graph_def.library.function for n in f.node_def)]
+    return sorted({n.op for n in every_node(graph_def)
                    if n.op in VARIABLE_WRITES or n.op.startswith(VARIABLE_WRITE_PREFIXES)})
 
 

@@ -38,7 +38,7 @@ from tensorflow.python.saved_model.pywrap_saved_model import fingerprinting as f
 
 from tensat_tf import errors, interrupt
 from tensat_tf.io import scan, weights
-from tensat_tf.io.load import Signature
+from tensat_tf.io.load import Signature, every_node
 from tensat_tf.options import MIN_VARIABLE_ELEMENTS
 
 EXTRA_DIRS = scan.EXTRA_DIRS
@@ -122,8 +122,7 @@ def _safe(name: str) -> str:
 def _drop_debug_uids(graph_def) -> None:
     """Nodes remember the functions they were traced in (experimental_debug_info.original_func_names): those of the
     source model as this process loaded it, so names ending in this process's uids. Keep the names, drop the uids."""
-    nodes = list(graph_def.node) + [n for f in graph_def.library.function for n in f.node_def]
-    for node in nodes:
+    for node in every_node(graph_def):
         names = node.experimental_debug_info.original_func_names
         for i, name in enumerate(names):
             m = _UID.match(name)
