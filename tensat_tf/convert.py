@@ -48,6 +48,7 @@ class _Run:
     stage: Callable[[str], None] = lambda text: None
     keys: dict = dataclasses.field(default_factory=dict)       # signature -> same_key(), hashed once
     baselines: dict = dataclasses.field(default_factory=dict)  # same_key() -> the noise floor's recorded baselines
+    highs: dict = dataclasses.field(default_factory=dict)      # signature -> its integer inputs' bounds (verify)
 
     def same_key(self, name: str) -> tuple:
         """Equal for signatures that compute the same thing: the same frozen graph, inputs and outputs (Keras 3's
@@ -71,7 +72,7 @@ def _record_baselines(run: _Run) -> None:
         if key in run.baselines:
             continue
         feeds = [f for _, f in verify_mod.verification_inputs(sig.inputs, options.verify_batch_sizes, options.seed,
-                                                              options.engine.unknown_dim)]
+                                                              options.engine.unknown_dim, run.highs.get(name))]
         try:
             run.baselines[key] = verify_mod.baselines(sig.graph_def, sig.inputs, sig.outputs, feeds,
                                                       options.engine.min_variable_elements)
@@ -94,7 +95,7 @@ def _write_and_verify(run: _Run, staged: str) -> None:
               run.baselines[run.same_key(name)]) for name, sig in sorted(model.signatures.items())]
     precision = {name: verify_mod.precision_rtol(sig.graph_def) for name, sig in model.signatures.items()}
     result = verify_mod.verify(pairs, options.verify_batch_sizes, options.seed, options.rtol,
-                               unknown_dim=options.engine.unknown_dim, precision=precision)
+                               unknown_dim=options.engine.unknown_dim, precision=precision, highs=run.highs)
     run.watch.lap("verify")
     for name in report["signatures"]:
         mine = {k: v for k, v in result.per_output.items() if k.startswith(name + "/")}
@@ -176,7 +177,7 @@ def _deploy_extras(run: _Run, staged: str):
         run.stage("writing warm-up records and replaying them through the TF1 loader")
         report["warmup"] = serving.write_warmup(staged, model, options.verify_batch_sizes, options.seed,
                                                 options.warmup_name(run.output_dir), tolerances, options.tags,
-                                                options.engine.unknown_dim)
+                                                options.engine.unknown_dim, run.highs)
         run.watch.lap("warmup")
     if not options.emit_onnx:
         return None
@@ -189,7 +190,7 @@ def _deploy_extras(run: _Run, staged: str):
     pending, report["onnx"] = onnx_export.emit(run.output_dir, staged, model, graphs, options.verify_batch_sizes,
                                                options.seed, options.onnx_signature, tolerances, profile,
                                                original_published=published == "original",
-                                               unknown_dim=options.engine.unknown_dim)
+                                               unknown_dim=options.engine.unknown_dim, highs=run.highs)
     run.watch.lap("onnx")
     return pending
 
@@ -211,8 +212,8 @@ def convert(src: str, output_dir: str, options: Options = Options()) -> dict:
         onnx_export.check_target(output_dir, options.overwrite)
     model = run.model = load_mod.load(run.path, tags=options.tags, only=options.signatures,
                                       allow_ops=options.allow_ops)
-    verify_mod.check_original(model, options.verify_batch_sizes, options.seed,    # before the work: OriginalFails
-                              options.engine.unknown_dim)
+    run.highs = verify_mod.check_original(model, options.verify_batch_sizes,    # before the work: OriginalFails
+                                          options.seed, options.engine.unknown_dim)
     if options.emit_onnx:
         onnx_export.pick_signature(list(model.signatures), options.onnx_signature)    # fail before the work
     watch.lap("load_freeze")

@@ -91,8 +91,9 @@ def convert_signature(sig, graph_def, opset: int = OPSET):
 
 
 def check(model_bytes: bytes, sig, reference_fn, batch_sizes: Sequence[int], seed: int, tolerances: dict,
-          unknown_dim: int = UNKNOWN_DIM) -> dict:
-    """Run the ONNX model with onnxruntime on verification's inputs and compare with reference_fn (the SavedModel)."""
+          unknown_dim: int = UNKNOWN_DIM, highs: Optional[dict] = None) -> dict:
+    """Run the ONNX model with onnxruntime on verification's inputs and compare with reference_fn (the SavedModel);
+    highs: the signature's integer inputs' bounds (random_inputs)."""
     try:
         import onnxruntime as ort
     except ImportError:
@@ -108,7 +109,7 @@ def check(model_bytes: bytes, sig, reference_fn, batch_sizes: Sequence[int], see
     by_key_out = {s.key: s.key if s.key in out_names else s.tensor for s in sig.outputs}
     per, worst = {}, 0.0
     for b in batch_sizes:
-        feeds = verify.random_inputs(sig.inputs, b, seed + b, unknown_dim)
+        feeds = verify.random_inputs(sig.inputs, b, seed + b, unknown_dim, highs=highs)
         ref = reference_fn(**feeds)
         got = sess.run([by_key_out[s.key] for s in sig.outputs], {by_key_in[k]: v.numpy() for k, v in feeds.items()})
         for spec, value in zip(sig.outputs, got):
@@ -154,7 +155,7 @@ def _write_temp(final: str, data: bytes) -> Pending:
 
 
 def _race(sig, ours: Pending, original_fn, batch_sizes, seed, tolerances, staged: str, profile: dict,
-          unknown_dim: int):
+          unknown_dim: int, highs: Optional[dict]):
     """tf2onnx's conversion of the user's original signature against ours under ONNX Runtime (tensat_tf/latency.py
     decide: paired blocks, every batch size and thread setting); -> (the Pending to publish, (its ModelProto and
     check result) when it is the original's, the report entry)."""
@@ -167,7 +168,7 @@ def _race(sig, ours: Pending, original_fn, batch_sizes, seed, tolerances, staged
     theirs = _write_temp(ours.final, theirs_data)
     try:
         try:
-            checked = check(theirs_data, sig, original_fn, batch_sizes, seed, tolerances, unknown_dim)
+            checked = check(theirs_data, sig, original_fn, batch_sizes, seed, tolerances, unknown_dim, highs)
         except errors.ExportFailed as e:
             theirs.discard()
             return ours, None, {"published": "optimized", "reason": f"the original's conversion fails its check: {e}"}
@@ -192,30 +193,32 @@ def _race(sig, ours: Pending, original_fn, batch_sizes, seed, tolerances, staged
 
 def emit(output_dir: str, staged: str, model, graphs: dict, batch_sizes: Sequence[int], seed: int,
          signature: Optional[str], tolerances: dict, profile: Optional[dict] = None,
-         original_published: bool = False, unknown_dim: int = UNKNOWN_DIM) -> tuple[Pending, dict]:
+         original_published: bool = False, unknown_dim: int = UNKNOWN_DIM,
+         highs: Optional[dict] = None) -> tuple[Pending, dict]:
     """Convert, write to a temporary file beside OUT, check against the staged SavedModel (loaded back).
 
     With `profile` ({"batch_sizes", "threads", "seconds", "margin"}: convert --profile), the file follows the same
     rule as the SavedModel: unless the signature already publishes the original graph (`original_published`), tf2onnx's
     conversion of the original signature is checked against the original and timed against ours under ONNX Runtime,
     and ours is written only when measured faster. Every unknown dim but the batch is unknown_dim long in the checks
-    and the timing."""
+    and the timing; integer inputs are drawn below `highs` (signature -> bounds, verify.check_original's)."""
     import tensorflow as tf
     name = pick_signature(list(graphs), signature)
     sig = model.signatures[name]
+    highs = (highs or {}).get(name)
     onnx_model = convert_signature(sig, graphs[name])
     data = onnx_model.SerializeToString()
     pending = _write_temp(onnx_path(output_dir), data)
     choice = None
     try:
         loaded = tf.saved_model.load(staged)      # keep it referenced: its variables live as long as it does
-        result = check(data, sig, loaded.signatures[name], batch_sizes, seed, tolerances, unknown_dim)
+        result = check(data, sig, loaded.signatures[name], batch_sizes, seed, tolerances, unknown_dim, highs)
         if profile is not None and original_published:
             choice = {"published": "original", "reason": "the SavedModel publishes the original graph of this "
                                                          "signature; this file is converted from it"}
         elif profile is not None:
             pending, theirs, choice = _race(sig, pending, sig.function, batch_sizes, seed, tolerances, staged,
-                                            profile, unknown_dim)
+                                            profile, unknown_dim, highs)
             if theirs is not None:
                 onnx_model, result = theirs
                 data = onnx_model.SerializeToString()

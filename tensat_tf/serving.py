@@ -79,8 +79,10 @@ def warmup_path(export_dir: str) -> str:
     return os.path.join(export_dir, WARMUP_DIR, WARMUP_FILE)
 
 
-def requests(model, batch_sizes: Sequence[int], seed: int, model_name: str, unknown_dim: int = UNKNOWN_DIM) -> list:
-    """PredictRequests for every signature of a LoadedModel, with verification's inputs (batch b: seed + b)."""
+def requests(model, batch_sizes: Sequence[int], seed: int, model_name: str, unknown_dim: int = UNKNOWN_DIM,
+             highs: Optional[dict] = None) -> list:
+    """PredictRequests for every signature of a LoadedModel, with verification's inputs (batch b: seed + b; highs:
+    signature -> its integer inputs' bounds, verify.check_original's)."""
     import tensorflow as tf
     from tensorflow_serving.apis import predict_pb2
 
@@ -91,7 +93,8 @@ def requests(model, batch_sizes: Sequence[int], seed: int, model_name: str, unkn
             req = predict_pb2.PredictRequest()
             req.model_spec.name = model_name
             req.model_spec.signature_name = name
-            for key, value in sorted(verify.random_inputs(sig.inputs, b, seed + b, unknown_dim).items()):
+            feeds = verify.random_inputs(sig.inputs, b, seed + b, unknown_dim, highs=(highs or {}).get(name))
+            for key, value in sorted(feeds.items()):
                 req.inputs[key].CopyFrom(tf.make_tensor_proto(value.numpy()))
             out.append(req)
     if len(out) > MAX_WARMUP_RECORDS:
@@ -145,13 +148,14 @@ def replay(export_dir: str, tags: Sequence[str] = ("serve",), path: Optional[str
 
 
 def write_warmup(export_dir: str, model, batch_sizes: Sequence[int], seed: int, model_name: str,
-                 tolerances: dict, tags: Sequence[str] = ("serve",), unknown_dim: int = UNKNOWN_DIM) -> dict:
+                 tolerances: dict, tags: Sequence[str] = ("serve",), unknown_dim: int = UNKNOWN_DIM,
+                 highs: Optional[dict] = None) -> dict:
     """Write the warm-up file into the staged export_dir, then replay it through the TF1 loader and compare each
     output with the original model's (tolerance per "signature/key": verification's). -> report entry."""
     import tensorflow as tf
 
     from tensat_tf import verify
-    reqs = requests(model, batch_sizes, seed, model_name, unknown_dim)
+    reqs = requests(model, batch_sizes, seed, model_name, unknown_dim, highs)
     path = warmup_path(export_dir)
     write_records(path, reqs)
     worst = 0.0

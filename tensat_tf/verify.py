@@ -4,6 +4,10 @@ Run at batch 1 and a larger batch (unknown leading dims), per output key: max ab
 the relative difference is max|a-b| / max|a| (element-wise ratios explode on near-zero outputs). Integer and bool
 outputs must match exactly.
 
+Integer inputs are 0 or 1, except that an input whose values index tables (token ids into an embedding) also gets
+values up to the smallest of those tables' rows (tensat_tf/index_range.py), where the original accepts them
+(check_original), so that a rewrite that broke any row of the table fails.
+
 Other sizes: every other unknown dim (a sequence, an image side) is unknown_dim long in those inputs, and every
 input's unknown leading dim is the same batch size, so a rewrite that held only at that length, or that took one
 unknown dim for another (a cross attention's query and memory lengths, an image's height and width, two towers'
@@ -41,7 +45,7 @@ from typing import Optional, Sequence
 import numpy as np
 import tensorflow as tf
 
-from tensat_tf import errors
+from tensat_tf import errors, index_range
 from tensat_tf.io import weights
 from tensat_tf.io.load import TensorSpec, every_node
 from tensat_tf.options import MIN_VARIABLE_ELEMENTS, UNKNOWN_DIM
@@ -62,9 +66,12 @@ class Verification:
 
 
 def random_inputs(specs: Sequence[TensorSpec], batch: int, seed: int, unknown_dim: int = UNKNOWN_DIM,
-                  int_high: int = 2, lengths: Optional[dict] = None) -> dict[str, tf.Tensor]:
+                  int_high: int = 2, lengths: Optional[dict] = None,
+                  highs: Optional[dict] = None) -> dict[str, tf.Tensor]:
     """Seeded random feeds; an unknown leading dim is `batch`, every other unknown dim unknown_dim, or
-    lengths[(input key, dim index)] where given (index 0 included)."""
+    lengths[(input key, dim index)] where given (index 0 included). Integers are below int_high; for an input in
+    `highs` (tensat_tf/index_range.py: the rows of the tables it indexes), half of them, at random places, are below
+    its bound instead (the other half keeps the small ids a padding mask or a two-row table tests)."""
     rng = np.random.RandomState(seed)
     lengths = lengths or {}
     feeds = {}
@@ -76,7 +83,11 @@ def random_inputs(specs: Sequence[TensorSpec], batch: int, seed: int, unknown_di
         elif s.dtype.is_bool:
             arr = rng.randint(0, 2, shape).astype(bool)
         elif s.dtype.is_integer:
-            arr = rng.randint(0, int_high, shape).astype(s.dtype.as_numpy_dtype)
+            arr = rng.randint(0, int_high, shape)
+            if highs and highs.get(s.key, int_high) != int_high:
+                wide, pick = rng.randint(0, highs[s.key], shape), rng.randint(0, 2, shape).astype(bool)
+                arr = np.where(pick, wide, np.minimum(arr, highs[s.key] - 1))
+            arr = arr.astype(s.dtype.as_numpy_dtype)
         else:
             raise ValueError(f"cannot make random values for input {s.key} of type {s.dtype.name}")
         feeds[s.key] = tf.constant(arr)
@@ -104,9 +115,9 @@ def recorded(fn, feeds_list: Sequence[dict]):
 
 
 def verification_inputs(specs: Sequence[TensorSpec], batch_sizes: Sequence[int], seed: int,
-                        unknown_dim: int = UNKNOWN_DIM) -> list[tuple[str, dict]]:
+                        unknown_dim: int = UNKNOWN_DIM, highs: Optional[dict] = None) -> list[tuple[str, dict]]:
     """(tag, feeds) per batch size: the inputs verify() draws."""
-    return [(str(b), random_inputs(specs, b, seed + b, unknown_dim)) for b in batch_sizes]
+    return [(str(b), random_inputs(specs, b, seed + b, unknown_dim, highs=highs)) for b in batch_sizes]
 
 
 def precision_rtol(graph_def) -> float:
@@ -282,24 +293,40 @@ def baselines(graph_def, inputs: Sequence[TensorSpec], outputs: Sequence[TensorS
     return frozen, recorded(fed.function(), feeds_list)
 
 
-def check_original(model, batch_sizes: Sequence[int] = (1, 4), seed: int = 0, unknown_dim: int = UNKNOWN_DIM) -> None:
+def check_original(model, batch_sizes: Sequence[int] = (1, 4), seed: int = 0,
+                   unknown_dim: int = UNKNOWN_DIM) -> dict[str, dict]:
     """Run every original signature of a LoadedModel on verification's inputs (before any optimization work), the
     first of them twice: an output that two calls on the same inputs do not give alike (a random op: a VAE's sample,
     noise) cannot be compared with any conversion, so the signature is refused (errors.UnsupportedSignature) rather
-    than verified against a noise floor as large as the output."""
+    than verified against a noise floor as large as the output. -> {signature: the `highs` of its integer inputs}
+    (tensat_tf/index_range.py), {} for a signature whose original refuses them (it is then run on {0, 1})."""
+    out = {}
     for name, sig in sorted(model.signatures.items()):
-        for i, (tag, feeds) in enumerate(verification_inputs(sig.inputs, batch_sizes, seed, unknown_dim)):
-            got = run_original(sig.function, name, tag, feeds)
-            if i == 0:
-                again = run_original(sig.function, name, tag, feeds)
-                for spec in sig.outputs:
-                    a, b = got[spec.key].numpy(), again[spec.key].numpy()
-                    _, max_rel, alike = compare(a, b, spec.dtype, DEFAULT_RTOL.get(spec.dtype, 1e-5))
-                    if not alike:
-                        raise errors.UnsupportedSignature(
-                            f"signature '{name}': output '{spec.key}' is not deterministic (two calls on the same "
-                            f"inputs differ by {max_rel:.2g} relative{_random_ops(sig.graph_def)}), so no conversion "
-                            f"of it can be verified; select the other signatures with --signatures")
+        highs = index_range.highs(sig.graph_def, sig.inputs)
+        if highs:
+            try:
+                _check_signature(name, sig, batch_sizes, seed, unknown_dim, highs)
+            except errors.OriginalFails:
+                highs = {}
+        if not highs:
+            _check_signature(name, sig, batch_sizes, seed, unknown_dim, highs)
+        out[name] = highs
+    return out
+
+
+def _check_signature(name: str, sig, batch_sizes: Sequence[int], seed: int, unknown_dim: int, highs: dict) -> None:
+    for i, (tag, feeds) in enumerate(verification_inputs(sig.inputs, batch_sizes, seed, unknown_dim, highs)):
+        got = run_original(sig.function, name, tag, feeds)
+        if i == 0:
+            again = run_original(sig.function, name, tag, feeds)
+            for spec in sig.outputs:
+                a, b = got[spec.key].numpy(), again[spec.key].numpy()
+                _, max_rel, alike = compare(a, b, spec.dtype, DEFAULT_RTOL.get(spec.dtype, 1e-5))
+                if not alike:
+                    raise errors.UnsupportedSignature(
+                        f"signature '{name}': output '{spec.key}' is not deterministic (two calls on the same "
+                        f"inputs differ by {max_rel:.2g} relative{_random_ops(sig.graph_def)}), so no conversion "
+                        f"of it can be verified; select the other signatures with --signatures")
 
 
 def _random_ops(graph_def) -> str:
@@ -309,13 +336,13 @@ def _random_ops(graph_def) -> str:
 
 def verify(pairs, batch_sizes: Sequence[int] = (1, 4), seed: int = 0, rtol: Optional[float] = None,
            given: Optional[dict] = None, unknown_dim: int = UNKNOWN_DIM,
-           precision: Optional[dict] = None) -> Verification:
+           precision: Optional[dict] = None, highs: Optional[dict] = None) -> Verification:
     """pairs: [(signature name, input specs, output specs, reference fn, candidate fn, baseline fns)]: the noise
     floor is the largest distance of a baseline (None, one function or a tuple of them) from the reference. Inputs:
     random_inputs at each batch size, every other unknown dim unknown_dim long; then, for a signature with such
     dims and no given inputs, once at the largest batch size with them at other sizes (module docstring).
     precision: signature -> precision_rtol of its graph, the float outputs' tolerance where looser than their own
-    type's (when `rtol` is not given)."""
+    type's (when `rtol` is not given). highs: signature -> the `highs` of random_inputs (check_original's)."""
     per: dict = {}
 
     def record(key: str, a: np.ndarray, b: np.ndarray, dtype: tf.DType, tol: float, noise: float, **extra) -> None:
@@ -325,9 +352,10 @@ def verify(pairs, batch_sizes: Sequence[int] = (1, 4), seed: int = 0, rtol: Opti
 
     for sig, in_specs, out_specs, ref_fn, new_fn, base_fn in pairs:
         floor = (precision or {}).get(sig, 0.0)
+        sig_highs = (highs or {}).get(sig)
         tols: dict = {}                         # output key -> the largest tolerance it got at the standard lengths
         feeds_list = [(f"given", given[sig])] if given and sig in given else verification_inputs(
-            in_specs, batch_sizes, seed, unknown_dim)
+            in_specs, batch_sizes, seed, unknown_dim, sig_highs)
         for tag, feeds in feeds_list:
             ref = run_original(ref_fn, sig, tag, feeds)
             try:
@@ -351,7 +379,8 @@ def verify(pairs, batch_sizes: Sequence[int] = (1, 4), seed: int = 0, rtol: Opti
         if given and sig in given:
             continue
         for lengths in other_lengths(in_specs, unknown_dim, max(batch_sizes)):
-            feeds = random_inputs(in_specs, max(batch_sizes), seed + 1000, unknown_dim, lengths=lengths)
+            feeds = random_inputs(in_specs, max(batch_sizes), seed + 1000, unknown_dim, lengths=lengths,
+                                  highs=sig_highs)
             try:
                 ref = ref_fn(**feeds)
             except (tf.errors.OpError, ValueError):
