@@ -106,6 +106,8 @@ def _write_and_verify(run: _Run, staged: str) -> None:
             "noise_floor": max((v["noise_floor"] for v in mine.values()), default=0.0),
             "per_output": mine,
         }
+        if run.highs.get(name):     # integer inputs drawn over the tables they index (tensat_tf/index_range.py)
+            report["signatures"][name]["verification"]["index_bounds"] = dict(sorted(run.highs[name].items()))
     report["verification"] = {"max_abs_diff": result.max_abs_diff, "max_rel_diff": result.max_rel_diff,
                               "passed": result.passed, "batch_sizes": list(result.batch_sizes),
                               "unknown_dim": options.engine.unknown_dim}

@@ -113,5 +113,6 @@ def test_warm_up_records_hold_the_ids_verification_drew(tables, tmp_path):
     out = str(tmp_path / "out")
     report = convert(tables, out, Options(signatures=["embed"], profile=False, warmup=True))
     assert report["verification"]["passed"]
+    assert report["signatures"]["embed"]["verification"]["index_bounds"] == {"ids": ROWS}
     ids = [r.predict_log.request.inputs["ids"] for r in serving.read_records(serving.warmup_path(out))]
     assert max(tf.make_ndarray(t).max() for t in ids) >= 2
