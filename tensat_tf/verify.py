@@ -116,8 +116,14 @@ def recorded(fn, feeds_list: Sequence[dict]):
 
 def verification_inputs(specs: Sequence[TensorSpec], batch_sizes: Sequence[int], seed: int,
                         unknown_dim: int = UNKNOWN_DIM, highs: Optional[dict] = None) -> list[tuple[str, dict]]:
-    """(tag, feeds) per batch size: the inputs verify() draws."""
-    return [(str(b), random_inputs(specs, b, seed + b, unknown_dim, highs=highs)) for b in batch_sizes]
+    """(tag, feeds) per batch size: the inputs verify() draws. The tag is the batch size; where no input has an
+    unknown batch (a signature exported for batch 1), every draw has the inputs' own, so the tags say which draw it is
+    ("1#2": batch 1, the second draw), not a batch size that never ran."""
+    fixed = next((s.shape[0] for s in specs if s.shape), None)
+    if fixed is None or any(s.shape is None or (s.shape and s.shape[0] < 0) for s in specs):
+        return [(str(b), random_inputs(specs, b, seed + b, unknown_dim, highs=highs)) for b in batch_sizes]
+    return [(f"{fixed}#{k + 1}", random_inputs(specs, b, seed + b, unknown_dim, highs=highs))
+            for k, b in enumerate(batch_sizes)]
 
 
 def precision_rtol(graph_def) -> float:
@@ -206,14 +212,15 @@ def _reason(e: tf.errors.OpError, fn) -> str:
     return f"{where}: {type(e).__name__}: {text}"
 
 
-def run_original(fn, sig_name: str, tag: str, feeds: dict) -> dict:
-    """fn(**feeds) for the original signature; errors.OriginalFails (one line) when TF cannot run it."""
+def run_original(fn, sig_name: str, tag: str, feeds: dict, hint: str = "") -> dict:
+    """fn(**feeds) for the original signature; errors.OriginalFails (one line, `hint` at its end) when TF cannot run
+    it."""
     try:
         return fn(**feeds)
     except tf.errors.OpError as e:
         raise errors.OriginalFails(
             f"the original model fails in TensorFlow itself on the verification inputs (signature {sig_name}, "
-            f"batch {tag}), so nothing can be verified: {_reason(e, fn)}") from None
+            f"batch {tag}), so nothing can be verified: {_reason(e, fn)}{hint}") from None
 
 
 class _Fed:
@@ -315,10 +322,13 @@ def check_original(model, batch_sizes: Sequence[int] = (1, 4), seed: int = 0,
 
 
 def _check_signature(name: str, sig, batch_sizes: Sequence[int], seed: int, unknown_dim: int, highs: dict) -> None:
+    # an image model with dynamic height and width may need more than unknown_dim pixels (DenseNet: 32)
+    hint = (f" (every unknown dim but the batch was {unknown_dim} long; a model that needs longer inputs converts "
+            f"with a larger --unknown_dim)") if any(d < 0 for s in sig.inputs if s.shape for d in s.shape[1:]) else ""
     for i, (tag, feeds) in enumerate(verification_inputs(sig.inputs, batch_sizes, seed, unknown_dim, highs)):
-        got = run_original(sig.function, name, tag, feeds)
+        got = run_original(sig.function, name, tag, feeds, hint)
         if i == 0:
-            again = run_original(sig.function, name, tag, feeds)
+            again = run_original(sig.function, name, tag, feeds, hint)
             for spec in sig.outputs:
                 a, b = got[spec.key].numpy(), again[spec.key].numpy()
                 _, max_rel, alike = compare(a, b, spec.dtype, DEFAULT_RTOL.get(spec.dtype, 1e-5))

@@ -1,9 +1,11 @@
 """Verification's noise floor: one rounding of every weight (verify.rounding_twin) is the model's float32 sensitivity."""
 import numpy as np
+import pytest
 import tensorflow as tf
 from tensorflow.python.framework import convert_to_constants
 
-from tensat_tf import verify
+from tensat_tf import errors, verify
+from tensat_tf.io import load as load_mod
 from tensat_tf.io.load import TensorSpec
 
 
@@ -171,3 +173,28 @@ def test_a_graph_that_computes_in_bfloat16_is_held_to_bfloat16s_tolerance():
     assert not verify.verify(pairs, (1, 4)).passed
     assert verify.verify(pairs, (1, 4), precision={"s": verify.DEFAULT_RTOL[tf.bfloat16]}).passed
     assert not verify.verify(pairs, (1, 4), rtol=1e-5, precision={"s": 2e-2}).passed   # the user's rtol wins
+
+
+def test_a_signature_of_fixed_batch_is_labelled_by_draw_not_by_a_batch_that_never_ran():
+    fixed = [TensorSpec("ids", "ids:0", tf.int32, (1, 16))]
+    assert [t for t, _ in verify.verification_inputs(fixed, (1, 4), 0)] == ["1#1", "1#2"]
+    assert [t for t, _ in verify.verification_inputs(_specs(x=(-1, 16))[0], (1, 4), 0)] == ["1", "4"]
+
+
+class _TooShort(tf.Module):
+    @tf.function(input_signature=[tf.TensorSpec([None, None], name="x")])
+    def f(self, x):
+        return {"y": tf.reshape(x, [-1, 20])}
+
+
+def test_an_original_that_needs_longer_inputs_is_told_to_use_a_larger_unknown_dim(tmp_path):
+    """A model with a dynamic length the verification inputs are too short for (DenseNet at 16 x 16) fails in TF
+    itself: the one line says which --unknown_dim it ran at."""
+    path = str(tmp_path / "m")
+    m = _TooShort()
+    tf.saved_model.save(m, path, signatures={"serving_default": m.f})
+    model = load_mod.load(path)
+    with pytest.raises(errors.OriginalFails, match="was 16 long; a model that needs longer inputs converts with a "
+                                                   "larger --unknown_dim"):
+        verify.check_original(model, unknown_dim=16)
+    assert verify.check_original(model, unknown_dim=20) == {"serving_default": {}}

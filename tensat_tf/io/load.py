@@ -162,8 +162,32 @@ VARIABLE_WRITE_PREFIXES = ("ResourceScatter", "ResourceApply", "ResourceSparseAp
 
 def _writes_variables(graph_def) -> list[str]:
     """The ops of `graph_def` (and its function library) that write a variable, sorted, each once."""
-    return sorted({n.op for n in every_node(graph_def)
-                   if n.op in VARIABLE_WRITES or n.op.startswith(VARIABLE_WRITE_PREFIXES)})
+    return sorted({n.op for n in every_node(graph_def) if _writes(n)})
+
+
+def _writes(node) -> bool:
+    return node.op in VARIABLE_WRITES or node.op.startswith(VARIABLE_WRITE_PREFIXES)
+
+
+def _written_names(fn, graph_def) -> list[str]:
+    """The names of the variables the frozen graph's own write ops write (sorted, each once), as far as they can be
+    traced to a capture of `fn` (writes inside its library's functions are not): the message then says which layer
+    writes, e.g. a batch norm's moving_mean when Keras traced it in training mode."""
+    nodes = {n.name: n for n in graph_def.node}
+    capture_at = {t.op.name: k for k, t in enumerate(fn.graph.internal_captures)}
+    names = set()
+    for n in graph_def.node:
+        if not _writes(n) or not n.input:
+            continue
+        src = n.input[0].split(":")[0]
+        while src in nodes and nodes[src].op == "Identity" and nodes[src].input:
+            src = nodes[src].input[0].split(":")[0]
+        k = capture_at.get(src)
+        if k is None or k >= len(fn.captured_inputs):
+            continue
+        handle = fn.captured_inputs[k]
+        names.update(v.name.split(":")[0] for v in fn.graph.variables if v.handle is handle)
+    return sorted(names)
 
 
 def _table_entry(sig_name: str, kind: str, key: str, tensor, spec) -> TensorSpec:
@@ -232,10 +256,14 @@ def load(path: str, tags: Sequence[str] = ("serve",), only: Optional[Sequence[st
                                            f"{type(e).__name__}: {errors.first_line(e)}") from None
         writes = _writes_variables(gd)
         if writes:
+            names = _written_names(fn, gd)
+            which = f" on {', '.join(names[:4])}{f' and {len(names) - 4} more' if len(names) > 4 else ''}" \
+                if names else ""
             raise errors.UnsupportedSignature(
-                f"signature '{name}' writes its own variables when called ({', '.join(writes)}: a random seed's state, "
-                f"a counter), so it is not a function of its inputs and cannot be frozen or verified; select the "
-                f"other signatures with --signatures")
+                f"signature '{name}' writes its own variables when called ({', '.join(writes)}{which}: a random "
+                f"seed's state, a counter, a batch norm's moving statistics when the model was traced in training "
+                f"mode), so it is not a function of its inputs and cannot be frozen or verified; select the other "
+                f"signatures with --signatures")
         inputs, outputs = _io_table(fn, frozen_in, frozen_out, name)
         sigs[name] = frozen[key] = Signature(name, gd, inputs, outputs, fn)
     return LoadedModel(path, sigs, skipped, loaded)
