@@ -37,24 +37,23 @@ def _ref(name: str) -> str:
     return name[:-2] if name.endswith(":0") else name
 
 
-def _const(nodes: dict, ref: str) -> Optional[np.ndarray]:
-    """The value of a Const behind Identity nodes, or None."""
+def _const_node(nodes: dict, ref: str):
+    """The Const node behind Identity nodes from `ref`, or None."""
     node = nodes.get(ref.split(":")[0])
     while node is not None and node.op == "Identity" and node.input:
         node = nodes.get(node.input[0].split(":")[0])
-    if node is None or node.op != "Const":
-        return None
-    return tensor_util.MakeNdarray(node.attr["value"].tensor)
+    return node if node is not None and node.op == "Const" else None
+
+
+def _const(nodes: dict, ref: str) -> Optional[np.ndarray]:
+    node = _const_node(nodes, ref)
+    return None if node is None else tensor_util.MakeNdarray(node.attr["value"].tensor)
 
 
 def _const_shape(nodes: dict, ref: str) -> Optional[list[int]]:
-    """The shape of a Const behind Identity nodes (read from its proto, without copying the values), or None."""
-    node = nodes.get(ref.split(":")[0])
-    while node is not None and node.op == "Identity" and node.input:
-        node = nodes.get(node.input[0].split(":")[0])
-    if node is None or node.op != "Const":
-        return None
-    return [d.size for d in node.attr["value"].tensor.tensor_shape.dim]
+    """Read from the Const's proto, without copying its values (an embedding of 50,257 rows)."""
+    node = _const_node(nodes, ref)
+    return None if node is None else [d.size for d in node.attr["value"].tensor.tensor_shape.dim]
 
 
 def _bound(nodes: dict, node, operand: int) -> Optional[int]:
