@@ -179,6 +179,11 @@ def test_a_signature_of_fixed_batch_is_labelled_by_draw_not_by_a_batch_that_neve
     fixed = [TensorSpec("ids", "ids:0", tf.int32, (1, 16))]
     assert [t for t, _ in verify.verification_inputs(fixed, (1, 4), 0)] == ["1#1", "1#2"]
     assert [t for t, _ in verify.verification_inputs(_specs(x=(-1, 16))[0], (1, 4), 0)] == ["1", "4"]
+    # and its check at another length is labelled by that draw too
+    ids = [TensorSpec("ids", "ids:0", tf.float32, (1, -1))]
+    fn = tf.function(lambda ids: {"y": tf.reduce_sum(ids, -1)})
+    result = verify.verify([("s", ids, [TensorSpec("y", "y:0", tf.float32, (1,))], fn, fn, None)], (1, 4))
+    assert sorted(result.per_output) == ["s/y@1#1", "s/y@1#2", "s/y@1#2+lengths"]
 
 
 class _TooShort(tf.Module):
