@@ -30,7 +30,7 @@ import tensorflow as tf
 
 from tensat_tf import ops, symbolic
 from tensat_tf.egraph import nodedef
-from tensat_tf.item import GrapplerItem, node_name
+from tensat_tf.item import GrapplerItem, source
 
 name = "grouped_conv"
 
@@ -73,9 +73,7 @@ def _conv_of(fn) -> Optional[tuple]:
 
 def _const_value(nodes: dict, ref: str) -> Optional[np.ndarray]:
     """The value of a Const a graph input reads, through Identity nodes."""
-    n = nodes.get(node_name(ref))
-    while n is not None and n.op == "Identity" and n.input:
-        n = nodes.get(node_name(n.input[0]))
+    n = source(nodes, ref)
     if n is None or n.op != "Const":
         return None
     return tf.make_ndarray(n.attr["value"].tensor)

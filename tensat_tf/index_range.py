@@ -22,6 +22,7 @@ import tensorflow as tf
 from tensorflow.python.framework import tensor_util
 
 from tensat_tf.io.load import TensorSpec
+from tensat_tf.item import source
 
 # op -> the operand indices whose values the output carries (a subset, rearranged)
 _CARRY = {
@@ -39,9 +40,7 @@ def _ref(name: str) -> str:
 
 def _const_node(nodes: dict, ref: str):
     """The Const node behind Identity nodes from `ref`, or None."""
-    node = nodes.get(ref.split(":")[0])
-    while node is not None and node.op == "Identity" and node.input:
-        node = nodes.get(node.input[0].split(":")[0])
+    node = source(nodes, ref)
     return node if node is not None and node.op == "Const" else None
 
 

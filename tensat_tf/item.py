@@ -9,6 +9,15 @@ def node_name(tensor_or_node: str) -> str:
     return tensor_or_node.lstrip("^").split(":")[0]
 
 
+def source(nodes: dict, ref: str):
+    """The node a tensor reference reads, through Identity nodes (a frozen variable read, an inlined argument), or
+    None when a name is not in `nodes` (name -> NodeDef)."""
+    node = nodes.get(node_name(ref))
+    while node is not None and node.op == "Identity" and node.input:
+        node = nodes.get(node_name(node.input[0]))
+    return node
+
+
 @dataclasses.dataclass(frozen=True)
 class GrapplerItem:
     feeds: tuple[str, ...]            # tensor names ("x:0") the caller feeds

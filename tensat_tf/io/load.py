@@ -24,7 +24,7 @@ from tensorflow.python.framework import convert_to_constants
 
 from tensat_tf import errors
 from tensat_tf.io import scan
-from tensat_tf.item import GrapplerItem
+from tensat_tf.item import GrapplerItem, source
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,10 +179,8 @@ def _written_names(fn, graph_def) -> list[str]:
     for n in graph_def.node:
         if not _writes(n) or not n.input:
             continue
-        src = n.input[0].split(":")[0]
-        while src in nodes and nodes[src].op == "Identity" and nodes[src].input:
-            src = nodes[src].input[0].split(":")[0]
-        k = capture_at.get(src)
+        src = source(nodes, n.input[0])
+        k = None if src is None else capture_at.get(src.name)
         if k is None or k >= len(fn.captured_inputs):
             continue
         handle = fn.captured_inputs[k]
