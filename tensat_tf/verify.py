@@ -305,20 +305,29 @@ def check_original(model, batch_sizes: Sequence[int] = (1, 4), seed: int = 0,
     """Run every original signature of a LoadedModel on verification's inputs (before any optimization work), the
     first of them twice: an output that two calls on the same inputs do not give alike (a random op: a VAE's sample,
     noise) cannot be compared with any conversion, so the signature is refused (errors.UnsupportedSignature) rather
-    than verified against a noise floor as large as the output. -> {signature: the `highs` of its integer inputs}
+    than verified against a noise floor as large as the output. Signatures that share one frozen graph (load shares
+    it where they compute the same thing) are run once. -> {signature: the `highs` of its integer inputs}
     (tensat_tf/index_range.py), {} for a signature whose original refuses them (it is then run on {0, 1})."""
+    by_graph: dict = {}     # id(frozen graph) -> its highs: load shares one between signatures computing the same
     out = {}
     for name, sig in sorted(model.signatures.items()):
-        highs = index_range.highs(sig.graph_def, sig.inputs)
-        if highs:
-            try:
-                _check_signature(name, sig, batch_sizes, seed, unknown_dim, highs)
-            except errors.OriginalFails:
-                highs = {}
-        if not highs:
-            _check_signature(name, sig, batch_sizes, seed, unknown_dim, highs)
-        out[name] = highs
+        if id(sig.graph_def) not in by_graph:       # Keras 3's serve and serving_default: checked once
+            by_graph[id(sig.graph_def)] = _checked_highs(name, sig, batch_sizes, seed, unknown_dim)
+        out[name] = by_graph[id(sig.graph_def)]
     return out
+
+
+def _checked_highs(name: str, sig, batch_sizes: Sequence[int], seed: int, unknown_dim: int) -> dict:
+    """check_original of one signature: its highs where the original accepts them, else {} (then checked on {0, 1})."""
+    highs = index_range.highs(sig.graph_def, sig.inputs)
+    if highs:
+        try:
+            _check_signature(name, sig, batch_sizes, seed, unknown_dim, highs)
+            return highs
+        except errors.OriginalFails:
+            pass
+    _check_signature(name, sig, batch_sizes, seed, unknown_dim, {})
+    return {}
 
 
 def _check_signature(name: str, sig, batch_sizes: Sequence[int], seed: int, unknown_dim: int, highs: dict) -> None:

@@ -1,4 +1,6 @@
 """Verification's token ids reach every row of the tables they index (tensat_tf/index_range.py)."""
+import dataclasses
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -81,6 +83,17 @@ def test_check_original_falls_back_where_the_original_refuses_wide_ids(tables):
     assert index_range.highs(model.signatures["guarded"].graph_def, model.signatures["guarded"].inputs) == {
         "ids": ROWS}
     assert verify.check_original(model) == {"embed": {"ids": ROWS}, "guarded": {}}
+
+
+def test_signatures_sharing_a_frozen_graph_are_checked_once(tables):
+    """load shares one frozen graph between signatures that compute the same thing; running the second adds nothing."""
+    model = load_mod.load(tables, only=["embed"])
+    sig = model.signatures["embed"]
+
+    def never(**feeds):
+        raise AssertionError("the second signature of one frozen graph was run")
+    model.signatures["twin"] = dataclasses.replace(sig, name="twin", function=never)
+    assert verify.check_original(model) == {"embed": {"ids": ROWS}, "twin": {"ids": ROWS}}
 
 
 def _corrupt_row(monkeypatch, row: int):
