@@ -205,20 +205,20 @@ def emit(output_dir: str, staged: str, model, graphs: dict, batch_sizes: Sequenc
     import tensorflow as tf
     name = pick_signature(list(graphs), signature)
     sig = model.signatures[name]
-    highs = (highs or {}).get(name)
+    sig_highs = (highs or {}).get(name)
     onnx_model = convert_signature(sig, graphs[name])
     data = onnx_model.SerializeToString()
     pending = _write_temp(onnx_path(output_dir), data)
     choice = None
     try:
         loaded = tf.saved_model.load(staged)      # keep it referenced: its variables live as long as it does
-        result = check(data, sig, loaded.signatures[name], batch_sizes, seed, tolerances, unknown_dim, highs)
+        result = check(data, sig, loaded.signatures[name], batch_sizes, seed, tolerances, unknown_dim, sig_highs)
         if profile is not None and original_published:
             choice = {"published": "original", "reason": "the SavedModel publishes the original graph of this "
                                                          "signature; this file is converted from it"}
         elif profile is not None:
             pending, theirs, choice = _race(sig, pending, sig.function, batch_sizes, seed, tolerances, staged,
-                                            profile, unknown_dim, highs)
+                                            profile, unknown_dim, sig_highs)
             if theirs is not None:
                 onnx_model, result = theirs
                 data = onnx_model.SerializeToString()
