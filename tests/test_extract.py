@@ -129,11 +129,11 @@ FANOUT = [("in", 0, (), 0.0), ("conv", 1, (0,), 5.0), ("bias", 2, (1,), 1.0), ("
 
 
 def _with_fused(eg: EGraphData, terms: dict) -> EGraphData:
-    """terms: node -> (class read, extra[, producers[, partners[, consumers]]]); producers default to every node of
-    that class."""
+    """terms: node -> (class read, extra[, producers[, partners[, consumers[, surcharge]]]]); producers default to
+    every node of that class."""
     return eg.with_costs([n.cost for n in eg.nodes], {
         i: Fused(t[0], t[1], frozenset(t[2] if len(t) > 2 else eg.classes[t[0]]), frozenset(t[3] if len(t) > 3 else ()),
-                 frozenset(t[4] if len(t) > 4 else ()))
+                 frozenset(t[4] if len(t) > 4 else ()), t[5] if len(t) > 5 else 0.0)
         for i, t in terms.items()})
 
 
@@ -230,6 +230,30 @@ def test_a_pattern_fuses_only_whole(solver):
     assert dag.dag_cost(two, res.choice) == pytest.approx(brute_force(two)) and res.status == "optimal"
 
 
+# A Dense layer without bias before a BatchNormalization (Fused.surcharge). Classes: 0 = input, 1 = M = mm(input),
+# 2 = Y = scale(M) or folded(input) (F03: the scale folded into the weights), 3 = root bias(Y). The bias runs alone
+# for 0.5; fused with a MatMul it costs 4 more (a few rows: cost/analytic.py fusion_terms). Priced always fused (4.5),
+# the folded form looked cheaper (5 + 4.5 against 5 + 0.5 + 4.5) and ran slower: 5 + 4.5 against 5 + 0.5 + 0.5.
+DENSE_BN = [("in", 0, (), 0.0), ("mm", 1, (0,), 5.0), ("scale", 2, (1,), 0.5), ("folded", 2, (0,), 5.0),
+            ("bias", 3, (2,), 0.5), ("relu", 4, (2,), 0.3), ("pair", 5, (3, 4), 0.3)]
+
+
+@pytest.mark.parametrize("solver", SOLVERS)
+def test_a_surcharge_keeps_a_bias_apart_from_a_matmul_where_the_fused_kernel_is_dearer(solver):
+    eg = _with_fused(egraph(DENSE_BN, [3]), {4: (2, 0.0, [3], [], [], 4.0)})
+    layer, folded = {0: 0, 1: 1, 2: 2, 3: 4}, {0: 0, 2: 3, 3: 4}
+    assert dag.surcharged(eg, layer) == [] and dag.surcharged(eg, folded) == [4]
+    assert dag.dag_cost(eg, layer) == 6.0 and dag.dag_cost(eg, folded) == 9.5
+    res = ilp.solve_ilp(eg, folded, 10, solver, rel_gap=0.0)
+    assert res.choice == layer and res.status == "optimal" and brute_force(eg) == 6.0
+    # the surcharge holds whatever else reads Y: a second reader (where TF would not fuse) never makes the fused form
+    # look cheaper, so choosing a node that nothing needs cannot avoid it
+    two = _with_fused(egraph(DENSE_BN, [5]), {4: (2, 0.0, [3], [], [], 4.0)})
+    assert dag.dag_cost(two, {**folded, 4: 5, 5: 6}) == pytest.approx(5 + 0.5 + 4 + 0.3 + 0.3)
+    res = ilp.solve_ilp(two, {**folded, 4: 5, 5: 6}, 10, solver, rel_gap=0.0)
+    assert res.choice[2] == 2 and dag.dag_cost(two, res.choice) == pytest.approx(brute_force(two)) == 6.6
+
+
 def _ilp_matches_brute_force(seed: int, count: int, terms_of) -> None:
     """On `count` random cyclic e-graphs (those with a greedy start) priced with fused terms_of(rng, egraph), the
     ILP proves the brute-force optimum."""
@@ -270,6 +294,16 @@ def _random_terms(rng, eg, p_partner: float, p_consumers: float = 0.0) -> dict:
                 [o for o in sorted(readers.get(n.eclass, ())) if rng.random() < 0.6]
                 if rng.random() < p_consumers else [])
             for i, n in enumerate(eg.nodes) if n.children and rng.random() < 0.5}
+
+
+def test_ilp_matches_brute_force_with_surcharges():
+    """As above, some terms with a surcharge instead of an extra (a fused kernel dearer than the separate op), among
+    fused terms with extras, partners and consumers."""
+    def terms(rng, eg):
+        out = _random_terms(rng, eg, 0.3, 0.3)
+        return {i: (t if rng.random() < 0.5 else (t[0], 0.0, t[2], t[3], t[4], float(rng.randint(1, 4))))
+                for i, t in out.items()}
+    _ilp_matches_brute_force(14, 60, terms)
 
 
 def test_ilp_matches_brute_force_with_fused_partners():

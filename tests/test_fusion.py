@@ -68,7 +68,8 @@ def test_only_the_activations_tf_fuses():
     assert fusion.fused_nodes(chain(act="Rsqrt")) == {4: "bias"}
     # a depthwise conv's fused bias costs a fixed extra over its arithmetic (Device.fused_depthwise_us, fusion.py
     # "depthwise"), where that is cheaper than a separate BiasAdd (a large tensor), and its Relu its arithmetic; a
-    # MatMul's bias costs the fused kernel's fixed extra (Device.fused_matmul_us), its Relu stays separate
+    # MatMul's bias costs the fused kernel's fixed extra (Device.fused_matmul_us) where that is cheaper than the
+    # separate op (many rows), its Relu stays separate
     for hw, discounted in ((4, False), (56, True)):
         y = (1, hw, hw, 32)
         dw = dict(contraction="DepthwiseConv2dNative", w=(3, 3, 32, 1), x=y, y=y)
@@ -79,8 +80,16 @@ def test_only_the_activations_tf_fuses():
             assert fused[4] == plain[4]
         assert fused[5] < plain[5] and fused[:4] == plain[:4]
     fused, plain = analytic.costs(chain(**mm)), analytic.costs(chain(**mm), fusion=False)
-    assert fused[4] == pytest.approx(CPU.fused_matmul_us * 1e-3, rel=0.01) and fused[4] > plain[4]
+    assert fused == plain                           # 8 rows: the separate bias is cheaper, and priced so
+    terms = analytic.priced(chain(**mm))[1]
+    assert terms[4].extra == 0.0 and terms[4].surcharge == pytest.approx(CPU.fused_matmul_us * 1e-3 - plain[4],
+                                                                         rel=0.01)
+    big = dict(contraction="MatMul", x=(4096, 16), w=(16, 32), y=(4096, 32))
+    fused, plain = analytic.costs(chain(**big)), analytic.costs(chain(**big), fusion=False)
+    assert CPU.fused_matmul_us * 1e-3 <= fused[4] < plain[4]
     assert fused[:4] + fused[5:] == plain[:4] + plain[5:]
+    terms = analytic.priced(chain(**big))[1]
+    assert terms[4].surcharge == 0.0 and terms[4].extra == pytest.approx(plain[4] - fused[4])
     assert fusion.fused_nodes(chain(**mm), CPU.fused_contractions) == {}
     # no contraction under the bias: nothing fused
     plain = chain(contraction="AvgPool")
@@ -152,7 +161,10 @@ def test_a_gelu_on_a_matmul_bias_runs_alone_where_extraction_computes_the_matmul
     assert dag.unfused(g, with_add) >= gelu_nodes | {ops.index(("BiasAdd", 4))}
     extra = sum(g.fused[i].extra for i in gelu_nodes)
     matmul = costs[ops.index(("MatMul", 3))]
-    assert extra > 0 and dag.dag_cost(g, with_add) >= dag.dag_cost(g, with_matmul) - matmul + extra
+    # with the MatMul the bias's surcharge is paid (64 rows: the fused kernel is dearer than the separate BiasAdd)
+    surcharge = g.fused[ops.index(("BiasAdd", 4))].surcharge
+    assert dag.surcharged(g, with_matmul) == [ops.index(("BiasAdd", 4))] and dag.surcharged(g, with_add) == []
+    assert extra > 0 and dag.dag_cost(g, with_add) >= dag.dag_cost(g, with_matmul) - matmul - surcharge + extra
 
 
 def test_a_bias_semantic_addv2_on_a_contraction_is_a_hazard_the_biasadd_is_not():
@@ -195,13 +207,15 @@ def test_exact_gelu_joins_a_matmul_and_its_biasadd():
     assert "gelu" not in fusion.fused_nodes(gelu("Conv2D", x=X, w=W, y=Y)).values()
     assert "gelu" not in fusion.fused_nodes(gelu(c=(32,))).values()
     # priced on the CPU (Device.fused_activations), where the MatMul's own bias costs the fused kernel's fixed extra
-    # (Device.fused_matmul_us); not on a GPU. The bias has a Fused term all the same, its extra never below 0 (here
-    # the separate BiasAdd is cheaper), so that the GELU on it runs alone when it does (extract/dag.py unfused)
+    # (Device.fused_matmul_us); not on a GPU. Here the separate BiasAdd is cheaper: the bias is priced so, and its
+    # Fused term charges the difference where the MatMul computes its input (a surcharge) and has no extra; the
+    # GELU on it runs alone when the bias does (extract/dag.py unfused)
     costs, fused = analytic.priced(gelu())
     plain = analytic.costs(gelu(), fusion=False)
     assert all(costs[i] < plain[i] for i in (7, 8, 9, 10, 11))
-    assert costs[4] == pytest.approx(CPU.fused_matmul_us * 1e-3, rel=0.01)
-    assert fused[4].producers == {3} and fused[4].extra == max(0.0, plain[4] - costs[4])
+    assert costs[4] == plain[4] < CPU.fused_matmul_us * 1e-3
+    assert fused[4].producers == {3} and fused[4].extra == 0.0
+    assert costs[4] + fused[4].surcharge == pytest.approx(CPU.fused_matmul_us * 1e-3, rel=0.01)
     assert fused[7].partners == {10} and fused[10].partners == {7}
     assert analytic.costs(gelu(), device=GPU) == analytic.costs(gelu(), device=GPU, fusion=False)
 
@@ -364,11 +378,14 @@ def test_fusion_bench_without_onednn_sees_the_generic_fusions_only():
 
 
 def test_a_matmul_bias_costs_a_fixed_extra_that_pays_only_on_many_rows():
-    """cost/fusion.py "MatMul": the fused bias is dearer than a separate BiasAdd on a few rows, cheaper on many."""
+    """cost/fusion.py "MatMul": the fused bias is dearer than a separate BiasAdd on a few rows, cheaper on many. The
+    bias is priced as the cheaper of the two, and its Fused term adds the difference where the other one runs."""
     for rows, fused_dearer in ((8, True), (32, True), (4096, False)):
         mm = dict(contraction="MatMul", x=(rows, 64), w=(64, 128), y=(rows, 128), act="Relu")
-        fused, separate = analytic.costs(chain(**mm))[4], analytic.costs(chain(**mm), fusion=False)[4]
-        assert (fused > separate) == fused_dearer, (rows, fused, separate)
+        (price, terms), separate = analytic.priced(chain(**mm)), analytic.costs(chain(**mm), fusion=False)[4]
+        fused = price[4] + terms[4].surcharge if fused_dearer else price[4]
+        assert price[4] == min(fused, separate) and (fused > separate) == fused_dearer, (rows, fused, separate)
+        assert (terms[4].surcharge > 0) == fused_dearer and (terms[4].extra > 0) != fused_dearer
     # only on a class a MatMul computes: a BiasAdd on a Conv2D's output keeps its own price
     assert set(fusion.matmul_bias_sites(chain())) == set()
     assert set(fusion.matmul_bias_sites(chain(contraction="MatMul", x=(8, 16), w=(16, 32), y=(8, 32)))) == {4}

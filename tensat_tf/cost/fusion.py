@@ -31,7 +31,9 @@ they are on is TF's choice per machine (see "Without oneDNN" at the end for the 
          separate BiasAdd (after a reshape, as Keras' Dense on [batch, seq, C] writes it) 15.1 / 18.8 / 29.8 / 74.9;
          + fused bias + GELU 18.4 / 22.6 / 35.7 / 87.3 (the GELU epilogue 0.3 ns per element); + separate bias and
          GELU 17.8 / 26.8 / 59.5 / 189.8 (a kernel trace at 128 / 512 rows: Erfc 22.6 / 88.5 us). So a MatMul's
-         bias costs Device.fused_matmul_us (matmul_bias_sites), the fused Erfc 33 FLOP-equivalents per element
+         bias costs Device.fused_matmul_us where the program computes its input with the MatMul, and a separate
+         op's price where it does not (matmul_bias_sites; cost/analytic.py fusion_terms prices the cheaper of the
+         two and charges the other through its Fused term), the fused Erfc 33 FLOP-equivalents per element
          (Device.fused_flops_per_element_by_term), and moving a bias and a GELU onto a MatMul (F18, F19, F23, F24)
          pays from a few dozen rows, not on a handful (measured on the zoo's encoder at sequence 8: 0.97x).
   depthwise  The bias and activation of a DepthwiseConv2dNative cost a fixed amount, not a pass over memory. A 3x3

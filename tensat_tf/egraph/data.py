@@ -30,12 +30,18 @@ class Fused:
     `partners`: the other nodes of an epilogue that reads `reads` twice (swish: Sigmoid(y) and Mul(y, Sigmoid(y))).
     `consumers`: when not empty, the node is the inner part of a pattern that fuses only whole: it fuses only when its
     own class is read by one of these nodes and by nothing else (no root either), and that reader fuses too (a hard
-    swish's AddV2, Relu6 and first Mul; without its last Mul the rest runs as separate ops, cost/fusion.py)."""
+    swish's AddV2, Relu6 and first Mul; without its last Mul the rest runs as separate ops, cost/fusion.py).
+    `surcharge`: for a node whose fused kernel is dearer than the separate op it is priced as (a MatMul's bias on a
+    few rows: cost/analytic.py fusion_terms), what it costs more wherever the node chosen for `reads` is one of
+    `producers`. It is charged then even when another reader keeps TF from fusing, which overprices that rare program
+    but keeps the cost monotone: a program is never cheaper for computing more, so an extractor cannot make a fusion
+    fail by choosing a node that nothing needs (extract/reduce.py's dominance relies on it)."""
     reads: int
     extra: float
     producers: frozenset[int]
     partners: frozenset[int] = frozenset()
     consumers: frozenset[int] = frozenset()
+    surcharge: float = 0.0
 
 
 @dataclasses.dataclass

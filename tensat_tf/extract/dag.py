@@ -38,10 +38,27 @@ def prune(egraph: EGraphData, choice: Choice) -> dict[int, int]:
 
 def dag_cost(egraph: EGraphData, choice: Choice) -> float:
     """Sum of self costs of the chosen nodes reachable from the roots, each counted once (shared subgraphs once),
-    plus the extra of every chosen fused node whose fusion the program does not allow (EGraphData.fused, unfused)."""
+    plus the extra of every chosen fused node whose fusion the program does not allow (EGraphData.fused, unfused)
+    and the surcharge of every one whose producer is chosen (surcharged)."""
     needed = reachable_classes(egraph, choice)
     cost = sum(egraph.nodes[choice[c]].cost for c in sorted(needed))
+    cost += sum(egraph.fused[i].surcharge for i in surcharged(egraph, choice, needed))
     return cost + sum(egraph.fused[i].extra for i in unfused(egraph, choice, needed))
+
+
+def surcharged(egraph: EGraphData, choice: Choice, needed: Optional[list[int]] = None) -> list[int]:
+    """The chosen fused nodes with a surcharge (EGraphData.fused) whose `reads` is computed by one of their
+    producers, ascending. `needed`: reachable_classes(egraph, choice), when the caller has it."""
+    if not any(f.surcharge for f in egraph.fused.values()):
+        return []
+    if needed is None:
+        needed = reachable_classes(egraph, choice)
+    out = []
+    for c in needed:
+        f = egraph.fused.get(choice[c])
+        if f is not None and f.surcharge and choice.get(f.reads) in f.producers:
+            out.append(choice[c])
+    return sorted(out)
 
 
 def unfused(egraph: EGraphData, choice: Choice, needed: Optional[list[int]] = None) -> set[int]:

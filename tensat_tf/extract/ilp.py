@@ -22,6 +22,10 @@ Model, on the reduced e-graph (reduce.py):
              reading i's class (p_i >= x_i when it is a root), p_i >= x_i - sum_{k in consumers(i)} x_k, and
              p_i >= x_i + p_k - 1 for each consumer k that may run alone: p_i is 1 exactly when the program pays
              the extra, as dag.unfused counts
+  surcharge (Fused.surcharge s_i: node i costs s_i more when class reads(i) is computed by one of producers(i)):
+             a column 0 <= q_i <= 1 of cost s_i, q_i >= x_i + sum_{j in producers(i)} x_j - 1 (dag.surcharged). It
+             does not depend on other readers, so choosing a node nothing needs never lowers the objective: every
+             solution prices its pruned program at most at its objective
 Acyclicity, two ways (chosen by measurement, see BENCHMARKS.md):
   "order": a real t_c per class, only for classes on a cycle of the e-graph (a strongly connected component, SCC):
            t_c - t_k >= 1 - M (1 - sum_{i in c, k in kids(i)} x_i)  for each class edge c->k inside one SCC,
@@ -132,6 +136,7 @@ class _Model:
         cols = self.col
         # p_i per fused node (columns after every x and t, so the layout above is unchanged)
         self.penalty: dict[int, tuple[int, list[int], list[int]]] = {}   # node -> (column, other readers, producers)
+        self.surcharge: dict[int, int] = {}                              # node -> its q column
         if egraph.fused:
             readers: dict[int, list[int]] = defaultdict(list)
             for i in red.nodes:
@@ -163,6 +168,10 @@ class _Model:
             for i in sorted(may_pay):
                 self.penalty[i] = (m.add_col(f"p{i:0{node_width}d}", float(egraph.fused[i].extra), 0, 1, False),
                                    *sides[i])
+            # q_i per node with a surcharge whose producers are kept, after every p
+            charged = {i: producers for i, (_, producers) in sides.items() if producers and egraph.fused[i].surcharge}
+            for i, producers in sorted(charged.items()):
+                self.surcharge[i] = m.add_col(f"q{i:0{node_width}d}", float(egraph.fused[i].surcharge), 0, 1, False)
             for i, (others, consumers) in downs.items():
                 p = self.penalty[i][0]
                 if egraph.nodes[i].eclass in roots:
@@ -184,6 +193,9 @@ class _Model:
                 for j in producers:                                     # p_i >= x_i + p_j - 1
                     if j in self.penalty:
                         m.add_row([p, cols[i], self.penalty[j][0]], [1.0, -1.0, -1.0], lo=-1)
+            for i, q in self.surcharge.items():                         # q_i >= x_i + sum x_producers - 1
+                producers = charged[i]
+                m.add_row([q, cols[i]] + [cols[j] for j in producers], [1.0, -1.0] + [-1.0] * len(producers), lo=-1)
         in_class = {c: [cols[j] for j in members] for c, members in red.classes.items()}
         # Every class every acyclic choice computes (the roots among them) is computed once (required.py).
         self.required = set(required_classes(red.classes, red.kids, red.roots))
@@ -232,6 +244,9 @@ class _Model:
         for i in dag.unfused(self.egraph, choice):
             if i in self.penalty:
                 start[self.penalty[i][0]] = 1.0
+        for i in dag.surcharged(self.egraph, choice):
+            if i in self.surcharge:
+                start[self.surcharge[i]] = 1.0
         if self.t:
             order = reversed(list(nx.topological_sort(dag.class_graph(self.egraph, choice))))
             rank: dict[int, int] = defaultdict(int)

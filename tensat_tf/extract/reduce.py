@@ -8,7 +8,8 @@ Each step removes only nodes that no optimal acyclic choice needs:
      themselves through a cycle.
   3. Dominated nodes: b dominates a (same class) when b's child classes are a subset of a's and b costs no more,
      counting b's fused extra (EGraphData.fused) as paid, with those of the fused nodes it produces for (their
-     fusion needs b's: dag.unfused), and a's as not. Swapping a for b in any
+     fusion needs b's: dag.unfused), and a's as not; b's surcharge, and those of the nodes b produces for that a
+     does not, as paid too (choosing b may charge them: dag.surcharged). Swapping a for b in any
      acyclic choice keeps it acyclic (b's edges are a subset of a's, into classes already chosen) and costs no more
      (b reads fewer classes, so no other node's extra is added), provided b is a producer of every fused node a is
      one of (a conv that a bias fuses with is not dominated by a cheaper Split output), a partner of every one
@@ -124,6 +125,9 @@ def _drop_dominated(egraph: EGraphData, kids: list[tuple[int, ...]], alive: list
             linked.setdefault(j, set()).add(f_node)
     memo: dict[int, float] = {}
     worst = [c + _chain_extra(egraph, i, produces, memo) for i, c in enumerate(cost)]
+    for i, f in egraph.fused.items():
+        worst[i] += f.surcharge
+    charged = {i: f.surcharge for i, f in egraph.fused.items() if f.surcharge}
     if consumes:
         # a pattern's nodes also make their producers run alone: an upper bound on top of the chain's (graphs
         # without such patterns keep exactly the bound they had, and so the same reductions)
@@ -138,11 +142,13 @@ def _drop_dominated(egraph: EGraphData, kids: list[tuple[int, ...]], alive: list
             if a in keep:
                 continue
             for b in live:
-                if b == a or not (sets[b] <= sets[a] and worst[b] <= cost[a]
+                added = sum(charged.get(j, 0.0) for j in produces.get(b, none) - produces.get(a, none)) \
+                    if charged else 0.0
+                if b == a or not (sets[b] <= sets[a] and worst[b] + added <= cost[a]
                                   and produces.get(a, none) <= produces.get(b, none)
                                   and partner.get(a, none) <= partner.get(b, none)
                                   and consumes.get(a, none) <= consumes.get(b, none)):
                     continue
-                if sets[b] != sets[a] or worst[b] < cost[a] or b < a:
+                if sets[b] != sets[a] or worst[b] + added < cost[a] or b < a:
                     alive[a] = False
                     break
