@@ -386,9 +386,16 @@ def matmul_bias_sites(exp: Exported, onednn: bool = True) -> dict[int, Site]:
     return {i: site for i, site in fusion_sites(exp, frozenset({"MatMul"}), (), onednn).items() if site.kind == "bias"}
 
 
-def remapper_hazards(exp: Exported, contractions=CONTRACTIONS) -> frozenset[int]:
+def remapper_hazards(exp: Exported, contractions=CONTRACTIONS) -> dict[int, tuple[tuple[int, frozenset[int]], ...]]:
     """The bias-semantic AddV2 nodes on a contraction (module docstring, "Hazard"): AddV2(C, b) in either operand
-    order, C's class holding one of `contractions` and b bias-shaped for it (_bias_shaped)."""
+    order, C's class holding one of `contractions` and b bias-shaped for it (_bias_shaped); for each, its sides:
+    (C, the contraction nodes of C it is a bias of)."""
     offers = _offers(exp.egraph, contractions)
-    return frozenset(i for i, n in enumerate(exp.egraph.nodes) if n.op == "AddV2" and len(n.children) == 2
-                     and any(kinds for _, kinds in _bias_semantic_sides(exp, n, offers)))
+    out = {}
+    for i, n in enumerate(exp.egraph.nodes):
+        if n.op == "AddV2" and len(n.children) == 2:
+            sides = tuple((c, frozenset(j for k in sorted(kinds) for j in offers[c][k]))
+                          for c, kinds in _bias_semantic_sides(exp, n, offers) if kinds)
+            if sides:
+                out[i] = sides
+    return out
