@@ -254,6 +254,16 @@ def test_a_surcharge_keeps_a_bias_apart_from_a_matmul_where_the_fused_kernel_is_
     assert res.choice[2] == 2 and dag.dag_cost(two, res.choice) == pytest.approx(brute_force(two)) == 6.6
 
 
+def test_greedy_pays_a_surcharge_where_the_producer_it_settled_charges_it():
+    """Two equal forms of a conv's bias; the AddV2 pays the remapper hazard where the conv computes its input
+    (cost/analytic.py with_hazards). Greedy took the lower id, the AddV2, and paid it on each such bias."""
+    nodes = [("in", 0, (), 0.0), ("conv", 1, (0,), 5.0), ("addv2", 2, (1,), 1.0), ("biasadd", 2, (1,), 1.0),
+             ("relu", 3, (2,), 1.0)]
+    eg = _with_fused(egraph(nodes, [3]), {2: (1, 0.0, [1], [], [], 0.5)})
+    assert greedy.greedy_choice(eg) == {0: 0, 1: 1, 2: 3, 3: 4}
+    assert greedy.greedy_choice(_with_fused(egraph(nodes, [3]), {})) == {0: 0, 1: 1, 2: 2, 3: 4}   # the tie: lower id
+
+
 def _ilp_matches_brute_force(seed: int, count: int, terms_of) -> None:
     """On `count` random cyclic e-graphs (those with a greedy start) priced with fused terms_of(rng, egraph), the
     ILP proves the brute-force optimum."""
