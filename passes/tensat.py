@@ -173,7 +173,8 @@ class TensatPass:
         def probe(eg, iteration: int):
             prep = self._prepared(ing, sizes_mod.exported(eg, ing), model)
             try:
-                prep.probed = extract(prep.priced, o.method, o.probe_seconds, o.solver, work=o.probe_work)
+                prep.probed = extract(prep.priced, o.method, o.probe_seconds, o.solver, rel_gap=o.rel_gap,
+                                      work=o.probe_work)
             except NoExtraction:
                 pass
             self._probes[iteration] = prep
@@ -254,7 +255,7 @@ class TensatPass:
             res = prep.probed if prep.probed is not None and prep.probed.status == "optimal" else None
             ex["from_probe"] = res is not None
             if res is None:
-                res = extract(g, o.method, o.ilp_seconds, o.solver, work=o.ilp_work)
+                res = extract(g, o.method, o.ilp_seconds, o.solver, rel_gap=o.rel_gap, work=o.ilp_work)
         except NoExtraction as e:
             ex.update(status="fallback", cost_after=ex["cost_before"], error=str(e))
             stats.extraction = ex

@@ -38,6 +38,8 @@ flags.DEFINE_float("ilp_seconds", EngineOptions().ilp_seconds, "Extraction: hard
 flags.DEFINE_integer("ilp_work", EngineOptions().ilp_work, "Extraction: work limit of the ILP, in solver limit checks "
                      "(HiGHS) or nodes (CBC): where an unproven search stops, the same on every machine (a check "
                      "costs 3-100 ms on a 2-core server).")
+flags.DEFINE_float("rel_gap", EngineOptions().rel_gap, "Extraction: the probes and the last extraction stop once "
+                  "their choice is proven within this relative gap of a lower bound.")
 flags.DEFINE_enum("solver", "auto", ["auto", "cbc", "highs"], "ILP solver (auto: HiGHS when installed, else CBC).")
 flags.DEFINE_enum("cost_model", "analytic", ["analytic", "measured"],
                   "Cost of each e-node: analytic (FLOPs, bytes, per-op overhead) or measured on this device "
@@ -68,7 +70,7 @@ def engine_from_flags() -> EngineOptions:
         enable_rules=None if FLAGS.rules is None else tuple(FLAGS.rules), disable_rules=tuple(FLAGS.disable_rules),
         rules_files=tuple(FLAGS.rules_file), budget=budget_from_flags(),
         method=FLAGS.method, ilp_seconds=FLAGS.ilp_seconds, ilp_work=FLAGS.ilp_work, probe_seconds=FLAGS.probe_seconds,
-        probe_work=FLAGS.probe_work, solver=FLAGS.solver,
+        probe_work=FLAGS.probe_work, rel_gap=FLAGS.rel_gap, solver=FLAGS.solver,
         cost_model=FLAGS.cost_model, device=FLAGS.device, batch_size=FLAGS.batch_size, unknown_dim=FLAGS.unknown_dim,
         min_variable_elements=FLAGS.min_variable_elements)
 

@@ -48,19 +48,13 @@ from typing import Optional
 
 from tensat_tf import terms
 from tensat_tf.egraph.session import EgglogError, RunReport, Session
-from tensat_tf.options import Budget
+from tensat_tf.options import PROBE_MIN_GAIN, Budget
 from tensat_tf.rules import RuleSet, compile_rule, ruleset_name
 from tensat_tf.rules.syntax import to_text, variables
 
 TERM_FUNCTIONS = terms.NAMES
 
 
-# A probe's cost counts as better only when it is this fraction below the best so far: ConvNeXt-Tiny's probe fell by
-# 0.03 % per iteration for three iterations (2.4 s) that the final ILP, stopping within 1 % of its bound, cannot even
-# tell apart. At 0.1 % (until 2026-12-05) a step no measurement here can see (an A/A run spreads 1-2 %) still bought
-# an iteration and a probe: a 12-layer Keras encoder's fourth probe found 0.12 % and ran a fifth iteration and probe
-# (2.2 s of an 8.6 s pass) for nothing; MobileNetV3-Small's third found 0.11 %, NASNet-Mobile's 0.19 % (BENCHMARKS.md).
-PROBE_MIN_GAIN = 3e-3
 
 
 class StopReason(str, enum.Enum):
