@@ -55,8 +55,6 @@ from tensat_tf.rules.syntax import to_text, variables
 TERM_FUNCTIONS = terms.NAMES
 
 
-
-
 class StopReason(str, enum.Enum):
     NO_RULES = "no_rules"
     SATURATED = "saturated"
