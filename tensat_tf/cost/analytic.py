@@ -308,17 +308,12 @@ def fused_cost(term: str, in_shapes: Optional[Sequence[Shape]], out_shape: Optio
     return numel(shape) * per_element / (device.peak_gflops * 1e6)
 
 
-def apply_fusion(exp: Exported, costs_ms: list[float], batch_size: int, device: Device,
-                 unknown_dim: int = UNKNOWN_DIM) -> list[float]:
-    """costs_ms with every node the runtime fuses into a contraction (fusion.fused_nodes) repriced by fused_cost,
-    for the device's fused_contractions. Folded nodes keep their 0."""
-    return fusion_terms(exp, costs_ms, batch_size, device, unknown_dim)[0]
-
-
 def fusion_terms(exp: Exported, costs_ms: list[float], batch_size: int, device: Device,
                  unknown_dim: int = UNKNOWN_DIM) -> tuple[list[float], dict[int, Fused]]:
-    """(apply_fusion's costs, fused): for each node priced fused, what its fusion needs of the extracted program and
-    what it costs more when that does not hold (its separate price less its fused one): EGraphData.fused."""
+    """(costs, fused): costs_ms with every node the runtime fuses into a contraction (fusion.fusion_sites) repriced
+    by fused_cost, for the device's fused_contractions (folded nodes keep their 0); and for each node priced fused,
+    what its fusion needs of the extracted program and what it costs more where that does not hold, or where it
+    does and the fused kernel is the dearer (EGraphData.fused)."""
     if not device.fused_contractions and not device.fused_activations:
         return costs_ms, {}
     const = constant_classes(exp.egraph)

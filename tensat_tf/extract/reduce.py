@@ -142,12 +142,14 @@ def _drop_dominated(egraph: EGraphData, kids: list[tuple[int, ...]], alive: list
             if a in keep:
                 continue
             for b in live:
-                added = sum(charged.get(j, 0.0) for j in produces.get(b, none) - produces.get(a, none)) \
-                    if charged else 0.0
-                if b == a or not (sets[b] <= sets[a] and worst[b] + added <= cost[a]
+                if b == a or not (sets[b] <= sets[a] and worst[b] <= cost[a]
                                   and produces.get(a, none) <= produces.get(b, none)
                                   and partner.get(a, none) <= partner.get(b, none)
                                   and consumes.get(a, none) <= consumes.get(b, none)):
+                    continue
+                # the surcharges b's choice may add that a's does not: only for a pair that passed the rest
+                added = sum(charged.get(j, 0.0) for j in produces.get(b, none) - produces.get(a, none))
+                if worst[b] + added > cost[a]:
                     continue
                 if sets[b] != sets[a] or worst[b] + added < cost[a] or b < a:
                     alive[a] = False
