@@ -75,6 +75,27 @@ def _rename_io(model, renames: dict[str, str]) -> None:
             node.output[i] = renames.get(name, name)
 
 
+def _erfc(ctx, node, name, args):
+    """tf2onnx handler for TF's Erfc, which ONNX lacks (Keras 3's exact GELU is 0.5 * x * erfc(-x / sqrt 2)):
+    erfc(x) = 1 - erf(x), Erf being ONNX's since opset 9. In float32 the difference loses erfc's tail beyond
+    x ~ 4 (erfc 1.5e-8, 1 - erf 0): a GELU's output there is about 1e-7 where TF's is 0 or -1e-7, far inside the
+    check below."""
+    del args
+    import numpy as np
+    from tf2onnx import utils
+    dtype = ctx.get_dtype(node.output[0])
+    node.type = "Erf"
+    one = ctx.make_const(utils.make_name(f"{name}/one"), np.array(1, utils.map_onnx_to_numpy_type(dtype)))
+    sub = ctx.insert_new_node_on_output("Sub", node.output[0], name=utils.make_name(f"{name}/one_minus"),
+                                        inputs=[one.output[0], node.output[0]])
+    ctx.set_dtype(sub.output[0], dtype)
+    ctx.copy_shape(node.output[0], sub.output[0])
+
+
+# TF ops tf2onnx 1.17 has no handler for, converted here (its custom_op_handlers API: {op: (fn, args)})
+OP_HANDLERS = {"Erfc": (_erfc, [])}
+
+
 def convert_signature(sig, graph_def, opset: int = OPSET):
     """ONNX ModelProto of one signature's (optimized, frozen) GraphDef, with signature keys as I/O names."""
     import tf2onnx
@@ -82,7 +103,8 @@ def convert_signature(sig, graph_def, opset: int = OPSET):
     ins, outs = [s.tensor for s in sig.inputs], [s.tensor for s in sig.outputs]
     try:
         with deprecation.silence():
-            model, _ = tf2onnx.convert.from_graph_def(graph_def, input_names=ins, output_names=outs, opset=opset)
+            model, _ = tf2onnx.convert.from_graph_def(graph_def, input_names=ins, output_names=outs, opset=opset,
+                                                      custom_op_handlers=dict(OP_HANDLERS))
     except Exception as e:  # noqa: BLE001 - tf2onnx raises anything; the CLI wants one line
         first = (str(e).strip().splitlines() or [""])[0]
         raise errors.ExportFailed(f"tf2onnx could not convert signature {sig.name}: {type(e).__name__}: {first}")
@@ -101,7 +123,13 @@ def check(model_bytes: bytes, sig, reference_fn, batch_sizes: Sequence[int], see
                                   "(pip install 'tensat_tf[onnx]')") from None
 
     from tensat_tf import verify
-    sess = ort.InferenceSession(model_bytes, providers=["CPUExecutionProvider"])
+    try:
+        sess = ort.InferenceSession(model_bytes, providers=["CPUExecutionProvider"])
+    except Exception as e:  # noqa: BLE001 - onnxruntime's own exception types; the CLI wants one line
+        # tf2onnx passes a TF op it cannot convert through unchanged, and onnxruntime then refuses the graph
+        first = (str(e).strip().splitlines() or [""])[0]
+        raise errors.ExportFailed(f"onnxruntime cannot load tf2onnx's conversion of signature {sig.name} "
+                                  f"(an op ONNX does not have?): {type(e).__name__}: {first[:300]}") from None
     in_names = {i.name for i in sess.get_inputs()}
     out_names = {o.name for o in sess.get_outputs()}
     # ONNX names are the signature keys, or the frozen tensor names when renaming was not possible (_rename_io)

@@ -70,3 +70,26 @@ def conv_scale_bias_relu(channels: int):
         y = y + tf.constant(rng.normal(size=channels).astype(np.float32))
         tf.identity(tf.nn.relu(y), name="out")
     return g.as_graph_def(), GrapplerItem(feeds=["x:0"], fetches=["out:0"])
+
+
+def save_dense_gelu(path: str, k: int, n: int, out: int = 0) -> str:
+    """A SavedModel: x [batch, k] -> Dense(n) with TF's exact GELU (Erfc, not in ONNX; a rank-2 input, no reshape for
+    rules F19 / F24 to move) -> Dense(out) when out; seeded weights."""
+    import numpy as np
+    import tensorflow as tf
+    rng = np.random.default_rng(0)
+
+    class M(tf.Module):
+        def __init__(self):
+            self.w = tf.Variable((0.5 * rng.standard_normal((k, n))).astype(np.float32))
+            self.b = tf.Variable(np.linspace(-2, 2, n).astype(np.float32))
+            self.w2 = tf.Variable((0.5 * rng.standard_normal((n, out))).astype(np.float32)) if out else None
+
+        @tf.function(input_signature=[tf.TensorSpec([None, k], tf.float32, name="x")])
+        def serve(self, x):
+            h = tf.nn.gelu(tf.matmul(x, self.w) + self.b, approximate=False)
+            return {"y": tf.matmul(h, self.w2) if out else h}
+
+    m = M()
+    tf.saved_model.save(m, path, signatures={"serving_default": m.serve})
+    return path

@@ -11,6 +11,8 @@ from tensat_tf.convert import convert
 from tensat_tf.options import Options
 from tensat_tf.verify import random_inputs
 
+from conftest import save_dense_gelu
+
 
 def _max_rel(ref, got):
     ref, got = np.asarray(ref, np.float64), np.asarray(got, np.float64)
@@ -130,3 +132,30 @@ def test_onnx_aa_is_not_faster(zoo_cache, tmp_path):
                        spec_path=out, seconds=1.0)
     assert r["keep"] is False and len(r["settings"]) == 2
     assert all(s["decision"]["verdict"] != "faster" and s["original"]["ms"] > 0 for s in r["settings"])
+
+
+def test_emit_onnx_converts_erfc(tmp_path):
+    src = save_dense_gelu(str(tmp_path / "src"), 16, 48)
+    out = str(tmp_path / "out")
+    report = convert(src, out, Options(profile=False, emit_onnx=True))
+    ops = report["onnx"]["ops"]
+    assert "Erf" in ops and "Erfc" not in ops           # erfc(x) as 1 - erf(x) (onnx_export.OP_HANDLERS)
+    assert report["onnx"]["max_rel_diff"] <= 1e-5
+    # independent check, with inputs reaching erfc's tail (|x @ w + b| up to ~20)
+    fn = tf.saved_model.load(out).signatures["serving_default"]
+    sess = ort.InferenceSession(out + ".onnx", providers=["CPUExecutionProvider"])
+    x = (4.0 * np.random.default_rng(1).standard_normal((5, 16))).astype(np.float32)
+    ref = fn(x=tf.constant(x))["y"].numpy()
+    got = sess.run(None, {sess.get_inputs()[0].name: x})[0]
+    assert _max_rel(ref, got) <= 1e-5
+
+
+def test_emit_onnx_an_op_onnxruntime_refuses_is_an_export_failure(tmp_path, monkeypatch):
+    # without the handler tf2onnx passes Erfc through and onnxruntime refuses the graph: ExportFailed (exit 21,
+    # one line), not an internal error, and nothing is written
+    monkeypatch.setattr(onnx_export, "OP_HANDLERS", {})
+    src = save_dense_gelu(str(tmp_path / "src"), 16, 48)
+    out = str(tmp_path / "out")
+    with pytest.raises(errors.ExportFailed, match="onnxruntime cannot load"):
+        convert(src, out, Options(profile=False, emit_onnx=True))
+    assert sorted(os.listdir(tmp_path)) == ["src"]
