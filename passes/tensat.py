@@ -18,6 +18,7 @@ from tensat_tf import grappler
 from tensat_tf import rules as rules_mod
 from tensat_tf import terms
 from tensat_tf.cost import opaque as opaque_mod
+from tensat_tf.cost.analytic import predicted_gain
 from tensat_tf.cost import sizes as sizes_mod
 from tensat_tf.egraph import cycles
 from tensat_tf.egraph import emit as emit_mod
@@ -269,6 +270,11 @@ class TensatPass:
         if not res.dag_cost < cost_before:
             stats.kept_input = "extracted graph is not predicted faster"
             ex["cost_after"] = ex["cost_before"]
+            return graph_def
+        gain = predicted_gain(cost_before, res.dag_cost, model.device, opaque_ms=kept.ms)
+        if gain < 1 + o.min_gain and o.original_cost_factor == 1:
+            stats.kept_input = f"extracted graph is predicted only {gain:.4f}x as fast (under --min_gain={o.min_gain:g})"
+            ex.update(cost_after=ex["cost_before"], predicted_gain=round(gain, 6))
             return graph_def
         stats.rules_applied = rules_applied(g, exp, res.choice, prep.original, self.ruleset)
         out = emit_mod.emit(ing, exp, res.choice)

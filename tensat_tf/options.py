@@ -106,6 +106,13 @@ class EngineOptions:
     # greedy choice the path bound proved within 1 % was kept as it was: a 12-layer Keras encoder's 1.4235 where its
     # e-graph holds 1.4120, a 2-layer GPT's 0.3156 for 0.3137 (BENCHMARKS.md)
     rel_gap: float = PROBE_MIN_GAIN
+    # the pass changes the graph only for a whole call predicted at least this much faster (cost/analytic.py
+    # predicted_gain: the call's fixed cost and the opaque ops' work count): PROBE_MIN_GAIN, the step saturation needs
+    # to go on. Below it the change is inside the extraction's own gap and nothing here can measure it, while the
+    # rewrite's risk is real: in a sweep of Keras models a bidirectional GRU / LSTM's input projections merged
+    # (predicted 1.0029x) ran 0.983-0.990x, a UNet's ten convolution biases as BiasAdds (1.0013x) 0.996x
+    # (BENCHMARKS.md, "A gain too small to take")
+    min_gain: float = PROBE_MIN_GAIN
     solver: str = "auto"
     cost_model: str = "analytic"                       # analytic | measured
     # the device the cost model prices for: 'auto' (the CPU profile of the TF runtime converting, with oneDNN's ops
@@ -141,6 +148,8 @@ class EngineOptions:
             raise errors.BadInput("--ilp_work and --probe_work must be >= 1")
         if not 0 <= self.rel_gap < 1:
             raise errors.BadInput("--rel_gap must be >= 0 and < 1")
+        if not 0 <= self.min_gain < 1:
+            raise errors.BadInput("--min_gain must be >= 0 and < 1")
         from tensat_tf.cost import devices           # no TF import: runtime_cpu imports it only when called
         for name, value, allowed in (("method", self.method, METHODS), ("solver", self.solver, SOLVERS),
                                      ("cost_model", self.cost_model, COST_MODELS),

@@ -257,7 +257,7 @@ def test_fused_batchnorm_folds_into_the_conv():
     gd = g.as_graph_def()
     assert "FusedBatchNormV3" in {n.op for n in gd.node}
     item = GrapplerItem(feeds=["x:0"], fetches=["out:0"])
-    p = TensatPass(EngineOptions(enable_rules=["tf-fold"]))
+    p = TensatPass(EngineOptions(enable_rules=["tf-fold"], min_gain=0.0))
     out = p.optimize(gd, item)
     ops_after = {n.op for n in out.node}
     assert "FusedBatchNormV3" not in ops_after and "Mul" not in ops_after, ops_after
@@ -382,3 +382,24 @@ def test_a_pass_output_the_pipeline_rejects_is_reported_as_kept_input(monkeypatc
     assert report["extraction"]["kept_input"].startswith("the pass's output was rejected: AssertionError")
     assert report["rules_applied"] == {}
     assert report["extraction"]["cost_after"] == report["extraction"]["cost_before"]
+
+
+def test_pass_keeps_its_input_when_the_predicted_gain_is_under_min_gain():
+    """A rewrite predicted to make the whole call less than --min_gain faster is not taken (a merge predicted 1.003x
+    ran 0.985x): the input comes back, with the predicted gain in the reason; the same rewrite is taken above it."""
+    from tensat_tf.cost.analytic import predicted_gain
+    from tensat_tf.passes.tensat import TensatPass
+    gd, item = conv_scale_bias_relu(40)
+    taken = TensatPass(EngineOptions(enable_rules=["tf-fold"], min_gain=0.0))
+    out = taken.optimize(gd, item)
+    ex = taken.stats.extraction
+    assert out is not gd and taken.stats.rules_applied and not taken.stats.kept_input
+    gain = predicted_gain(ex["cost_before"], ex["cost_after"], ex["device"], opaque_ms=ex["opaque_ms"])
+    assert gain > 1.0
+    kept = TensatPass(EngineOptions(enable_rules=["tf-fold"], min_gain=(gain - 1) * 1.01))
+    assert kept.optimize(gd, item) is gd
+    assert kept.stats.kept_input.startswith(f"extracted graph is predicted only {gain:.4f}x as fast")
+    assert kept.stats.rules_applied == {}
+    assert kept.stats.extraction["cost_after"] == kept.stats.extraction["cost_before"]
+    again = TensatPass(EngineOptions(enable_rules=["tf-fold"], min_gain=(gain - 1) * 0.99))
+    assert again.optimize(gd, item) is not gd and again.stats.rules_applied == taken.stats.rules_applied

@@ -54,6 +54,7 @@ def test_report_path_is_beside_the_output():
     (Options(engine=EngineOptions(probe_work=0)), errors.BadInput, "--ilp_work and --probe_work must be >= 1"),
     (Options(engine=EngineOptions(rel_gap=1.0)), errors.BadInput, "--rel_gap must be >= 0 and < 1"),
     (Options(engine=EngineOptions(rel_gap=-0.01)), errors.BadInput, "--rel_gap must be >= 0 and < 1"),
+    (Options(engine=EngineOptions(min_gain=-0.01)), errors.BadInput, "--min_gain must be >= 0 and < 1"),
     (Options(engine=EngineOptions(enable_rules=("no-such-rule",))), errors.UnknownName, "no-such-rule"),
     (Options(engine=EngineOptions(rules_files=("/nonexistent.rules",))), errors.BadInput, "--rules_file"),
     (Options(profile_threads=()), errors.BadInput, "--profile_threads needs at least one setting"),
@@ -79,13 +80,15 @@ def test_flags_become_one_checked_options():
         FLAGS.unparse_flags()
         FLAGS(["prog", "--rules=merge,tf-fold", "--noprofile", "--verify_batch_sizes=2,5", "--iterations=4",
                "--profile_threads=default", "--warmup", "--signatures=serving_default", "--unknown_dim=128",
-               "--min_variable_elements=4096", "--ilp_work=900", "--probe_work=30", "--rel_gap=0.01"])
+               "--min_variable_elements=4096", "--ilp_work=900", "--probe_work=30", "--rel_gap=0.01",
+               "--min_gain=0.02"])
         o = convert_cmd.options_from_flags()
         assert o == Options(signatures=("serving_default",), verify_batch_sizes=(2, 5), profile=False,
                             profile_threads=(0,), warmup=True,
                             engine=EngineOptions(enable_rules=("merge", "tf-fold"), unknown_dim=128,
                                                  min_variable_elements=4096, ilp_work=900, probe_work=30,
-                                                 rel_gap=0.01, budget=Budget(iterations=4, seconds=60.0)))
+                                                 rel_gap=0.01, min_gain=0.02,
+                                                 budget=Budget(iterations=4, seconds=60.0)))
         assert Options.from_json(json.loads(json.dumps(o.to_json()))) == o
         older = o.to_json()                      # as written before min_variable_elements was an engine option
         older["min_variable_elements"] = older["engine"].pop("min_variable_elements")

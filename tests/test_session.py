@@ -134,7 +134,7 @@ def test_the_pass_keeps_its_input_on_an_egglog_error(tmp_path, monkeypatch):
     gd, item = g.as_graph_def(), GrapplerItem(feeds=["x:0"], fetches=["out:0"])
     (tmp_path / "t.rules").write_text("(family t)\n(rule ASSOC (Mul (Mul ?a ?b) ?c) => (Mul ?a (Mul ?b ?c)) "
                                       ":test ((?a 2 3) (?b 2 3) (?c 2 3)))\n")
-    options = EngineOptions(enable_rules=[], rules_files=[str(tmp_path / "t.rules")], probe_seconds=0)
+    options = EngineOptions(enable_rules=[], rules_files=[str(tmp_path / "t.rules")], probe_seconds=0, min_gain=0.0)
     load = ingest.load
 
     def load_inconsistent(eg, ing):

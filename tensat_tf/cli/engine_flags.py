@@ -40,6 +40,8 @@ flags.DEFINE_integer("ilp_work", EngineOptions().ilp_work, "Extraction: work lim
                      "costs 3-100 ms on a 2-core server).")
 flags.DEFINE_float("rel_gap", EngineOptions().rel_gap, "Extraction: the probes and the last extraction stop once "
                   "their choice is proven within this relative gap of a lower bound.")
+flags.DEFINE_float("min_gain", EngineOptions().min_gain, "The pass changes a signature's graph only where the whole "
+                  "call is predicted at least this fraction faster (0: any predicted gain).")
 flags.DEFINE_enum("solver", "auto", ["auto", "cbc", "highs"], "ILP solver (auto: HiGHS when installed, else CBC).")
 flags.DEFINE_enum("cost_model", "analytic", ["analytic", "measured"],
                   "Cost of each e-node: analytic (FLOPs, bytes, per-op overhead) or measured on this device "
@@ -70,7 +72,7 @@ def engine_from_flags() -> EngineOptions:
         enable_rules=None if FLAGS.rules is None else tuple(FLAGS.rules), disable_rules=tuple(FLAGS.disable_rules),
         rules_files=tuple(FLAGS.rules_file), budget=budget_from_flags(),
         method=FLAGS.method, ilp_seconds=FLAGS.ilp_seconds, ilp_work=FLAGS.ilp_work, probe_seconds=FLAGS.probe_seconds,
-        probe_work=FLAGS.probe_work, rel_gap=FLAGS.rel_gap, solver=FLAGS.solver,
+        probe_work=FLAGS.probe_work, rel_gap=FLAGS.rel_gap, min_gain=FLAGS.min_gain, solver=FLAGS.solver,
         cost_model=FLAGS.cost_model, device=FLAGS.device, batch_size=FLAGS.batch_size, unknown_dim=FLAGS.unknown_dim,
         min_variable_elements=FLAGS.min_variable_elements)
 
