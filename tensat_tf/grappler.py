@@ -65,8 +65,18 @@ def runtime_error(graph_def, item: GrapplerItem,
     """The first error TF's default Grappler pipeline meets on `graph_def` placed on the CPU, as a served model runs
     it, or None. At run time Grappler logs an optimizer's error and goes on without that optimizer's rewrites: on
     zoo:real_mobilenetv3_small a rewritten graph made the remapper fail ("Mutation::Apply error: fanout ... exist for
-    missing node", its hard-swish fusion) and so lost every conv fusion, 0.96x of the no-rules graph. Placement
-    matters: the remapper fuses only nodes placed on a CPU."""
+    missing node", its hard-swish fusion) and so lost every conv fusion, 0.96x of the no-rules graph."""
+    try:
+        runtime_graph(graph_def, item, min_variable_elements, fail_on_optimizer_errors=True)
+    except tf.errors.OpError as e:
+        return (e.message.strip().splitlines() or [type(e).__name__])[0]
+    return None
+
+
+def runtime_graph(graph_def, item: GrapplerItem, min_variable_elements: int = MIN_VARIABLE_ELEMENTS,
+                  **rewrite_options):
+    """`graph_def` as TF's default Grappler pipeline rewrites it when a served model runs it: placed on the CPU (the
+    remapper fuses only nodes placed on a CPU), its weights read from variables."""
     placed = graph_pb2.GraphDef()
     placed.versions.CopyFrom(graph_def.versions)     # the library and versions too: Grappler reads both
     placed.library.CopyFrom(graph_def.library)
@@ -74,7 +84,7 @@ def runtime_error(graph_def, item: GrapplerItem,
         device = src.device or "/device:CPU:0"
         if weights.is_weight(src, min_variable_elements):
             # served, a weight is a variable read (tensat_tf/io/weights.py), not a constant: Grappler rewrites the
-            # two differently (the failure above happens with reads, not with placeholders), and folding
+            # two differently (runtime_error's failure happens with reads, not with placeholders), and folding
             # Inception-ResNet-v2's weights as constants here took 6 s. Its bytes are not copied.
             dtype, shape = src.attr["dtype"].type, src.attr["value"].tensor.tensor_shape
             handle = placed.node.add(name=f"{src.name}/tensat_handle", op="VarHandleOp", device=device)
@@ -88,9 +98,5 @@ def runtime_error(graph_def, item: GrapplerItem,
             node = placed.node.add()
             node.CopyFrom(src)
             node.device = device
-    try:
-        optimize_graph(placed, item, [], fail_on_optimizer_errors=True)
-    except tf.errors.OpError as e:
-        return (e.message.strip().splitlines() or [type(e).__name__])[0]
-    return None
+    return optimize_graph(placed, item, [], **rewrite_options)
 

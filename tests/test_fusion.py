@@ -206,15 +206,17 @@ def test_a_hazard_is_charged_only_where_the_contraction_computes_the_addv2s_oper
     assert dag.dag_cost(g, layer) < dag.dag_cost(g, folded)      # the layer as it is: MatMul, Mul and a lone AddV2
 
 
-def gelu(contraction="MatMul", x=(8, 16), w=(16, 32), y=(8, 32), c=(), swap=False):
-    """x -> contraction -> BiasAdd (class 4) -> TF's exact GELU: Neg (5), Mul by c (6), Erfc (7), Mul by h (8), the
-    product (9); `swap` writes each Mul's operands the other way round."""
+def gelu(contraction="MatMul", x=(8, 16), w=(16, 32), y=(8, 32), c=(), swap=False, outer=(8, 4), grouping="remapper"):
+    """x -> contraction -> BiasAdd (class 4) -> TF's exact GELU as the remapper matches it: Neg (5), Mul by c (6),
+    Erfc (7), Mul of h and the Erfc (8), the product with y (9) (`outer`: its operand classes); `swap` writes the
+    inner Muls' operands the other way round; grouping "tf.nn.gelu": class 8 is Mul(y, h) and 9 Mul(Erfc, it)."""
     payload = SAME if contraction != "MatMul" else (0, 0)
     o = (lambda a, b: (b, a)) if swap else (lambda a, b: (a, b))
+    inner, product = ((o(11, 7), outer) if grouping == "remapper" else (o(4, 11), (7, 8)))
     nodes = [("Input", 0, (), ("x",)), ("Weight", 1, (), ("w",)), ("Weight", 2, (), ("b",)),
              (contraction, 3, (0, 1), payload), ("BiasAdd", 4, (3, 2), ()), ("Weight", 10, (), ("c",)),
              ("Weight", 11, (), ("h",)), ("Neg", 5, (4,), ()), ("Mul", 6, o(5, 10), ()), ("Erfc", 7, (6,), ()),
-             ("Mul", 8, o(4, 11), ()), ("Mul", 9, o(7, 8), ())]
+             ("Mul", 8, inner, ()), ("Mul", 9, product, ())]
     shapes = {0: x, 1: w, 2: (y[-1],), 3: y, 10: c, 11: ()} | {k: y for k in range(4, 10)}
     return egraph(nodes, shapes)
 
@@ -223,9 +225,14 @@ def test_exact_gelu_joins_a_matmul_and_its_biasadd():
     for swap in (False, True):
         sites = fusion.fusion_sites(gelu(swap=swap))
         assert {i: s.kind for i, s in sites.items() if s.kind == "gelu"} == {i: "gelu" for i in (7, 8, 9, 10, 11)}
-        assert sites[7] == fusion.Site("gelu", 4, frozenset({4}), frozenset({10}))     # Neg(y): Mul(y, h) too
-        assert sites[10] == fusion.Site("gelu", 4, frozenset({4}), frozenset({7}))
-        assert sites[9].producers == {8} and sites[11].producers == {9}              # Erfc after Mul, product
+        assert sites[7] == fusion.Site("gelu", 4, frozenset({4}), frozenset({11}))     # Neg(y): the product too
+        assert sites[8].producers == {7} and sites[9].producers == {8}               # Mul after Neg, Erfc after it
+        assert sites[10] == fusion.Site("gelu", 7, frozenset({9}))                     # h * Erfc
+        assert sites[11] == fusion.Site("gelu", 8, frozenset({10}))                    # (h * Erfc) * y
+    # Grappler's arithmetic optimizer regroups the other outer order, and tf.nn.gelu's grouping unless it regroups
+    # it favourably (cost/fusion.py, gelu): neither is priced fused
+    assert "gelu" not in fusion.fused_nodes(gelu(outer=(4, 8))).values()
+    assert "gelu" not in fusion.fused_nodes(gelu(grouping="tf.nn.gelu")).values()
     # a Conv2D's bias, or a non-scalar constant, is not the pattern
     assert "gelu" not in fusion.fused_nodes(gelu("Conv2D", x=X, w=W, y=Y)).values()
     assert "gelu" not in fusion.fused_nodes(gelu(c=(32,))).values()
@@ -239,7 +246,7 @@ def test_exact_gelu_joins_a_matmul_and_its_biasadd():
     assert costs[4] == plain[4] < CPU.fused_matmul_us * 1e-3
     assert fused[4].producers == {3} and fused[4].extra == 0.0
     assert costs[4] + fused[4].surcharge == pytest.approx(CPU.fused_matmul_us * 1e-3, rel=0.01)
-    assert fused[7].partners == {10} and fused[10].partners == {7}
+    assert fused[7].partners == {11}
     assert analytic.costs(gelu(), device=GPU) == analytic.costs(gelu(), device=GPU, fusion=False)
 
 

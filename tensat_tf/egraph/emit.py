@@ -9,7 +9,8 @@ Walks the chosen DAG from the roots (post-order, memoised per class):
     other consumer;
   - a ReshapeS whose shape holds symbols reads a target built from Shape(graph input), shared by value between the
     reshapes that need the same one (tensat_tf/shape_values.py).
-The result keeps the input's function library and versions. Node order is the emission order, which depends only on
+The inner Mul of an exact GELU is then renamed so that TF's Grappler leaves it for the remapper to fuse
+(egraph/runtime_names.py). The result keeps the input's function library and versions. Node order is the emission order, which depends only on
 the choice, so equal choices give equal bytes.
 """
 from __future__ import annotations
@@ -22,13 +23,13 @@ import numpy as np
 import tensorflow as tf
 
 from tensat_tf import ops, shape_values, symbolic
-from tensat_tf.egraph import nodedef
+from tensat_tf.egraph import nodedef, runtime_names
 from tensat_tf.egraph.data import EGraphData
 from tensat_tf.extract.dag import reachable_classes
 from tensat_tf.egraph.export import Exported
 from tensat_tf.egraph.ingest import Ingested, Original
 
-NEW_PREFIX = "tensat/"
+NEW_PREFIX = runtime_names.NEW_PREFIX
 
 
 class Emitter:
@@ -336,7 +337,9 @@ class Emitter:
 
 
 def emit(ing: Ingested, exp: Exported, choice: dict[int, int]) -> tf.compat.v1.GraphDef:
-    return Emitter(ing, exp, choice).run()
+    out = Emitter(ing, exp, choice).run()
+    runtime_names.keep_gelu_fusions(out)
+    return out
 
 
 def original_nodes(ing: Ingested, exp: Exported) -> dict[int, int]:

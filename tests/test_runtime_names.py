@@ -1,0 +1,69 @@
+"""tensat_tf/egraph/runtime_names.py: the exact GELU the cost model prices fused is fused by TF's runtime."""
+import collections
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tensat_tf import grappler
+from tensat_tf.egraph import runtime_names
+from tensat_tf.io import load as load_mod
+from tensat_tf.options import EngineOptions
+from tensat_tf.passes import canonicalize, pipeline
+from tensat_tf.passes.tensat import TensatPass
+
+from conftest import save_dense_gelu
+
+
+@pytest.fixture(scope="module")
+def dense_gelu(tmp_path_factory):
+    path = save_dense_gelu(str(tmp_path_factory.mktemp("dense_gelu") / "m"), 64, 256, 64)
+    sig = load_mod.load(path, tags=None, only=["serving_default"], allow_ops=()).signatures["serving_default"]
+    return sig.graph_def, sig.item
+
+
+def _at_run_time(graph_def, item):
+    """(Erfc kernels, fused op lists of the _Fused* kernels) after TF's Grappler as a served call runs it."""
+    g = grappler.runtime_graph(graph_def, item)
+    ops = collections.Counter(n.op for n in g.node)
+    fused = sorted(tuple(x.decode() for x in n.attr["fused_ops"].list.s) for n in g.node if n.op.startswith("_Fused"))
+    return ops["Erfc"], fused
+
+
+def test_the_extracted_gelu_fuses_at_run_time_as_priced(dense_gelu, monkeypatch):
+    gd, item = dense_gelu
+    p = TensatPass(EngineOptions(min_gain=0.0))
+    out, _ = pipeline.run(gd, item, [canonicalize, p])
+    assert p.stats.rules_applied                      # the GELU regrouped (F31 or the reassociations) and priced fused
+    assert _at_run_time(out, item) == (0, [("BiasAdd", "GeluExact")])
+    assert any("/." in n.name and n.name.endswith("_gelu") for n in out.node)
+    # the control: the same choice emitted with the emitter's own names; TF's arithmetic optimizer regroups the
+    # product before the remapper sees it (this pins the behaviour runtime_names.py works around: if a TF release
+    # changes it, this line says so)
+    monkeypatch.setattr(runtime_names, "keep_gelu_fusions", lambda g: 0)
+    p = TensatPass(EngineOptions(min_gain=0.0))
+    plain, _ = pipeline.run(gd, item, [canonicalize, p])
+    assert _at_run_time(plain, item) == (1, [("BiasAdd",)])
+
+
+def test_only_the_emitters_own_gelu_product_is_renamed():
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 8], name="x")
+        w = tf.constant(np.ones((8, 8), np.float32))
+        y = tf.nn.bias_add(tf.matmul(x, w), tf.constant(np.ones(8, np.float32)), name="tensat/BiasAdd_0")
+        e = tf.math.erfc(tf.math.negative(y) * 0.7071)
+        inner = tf.multiply(0.5, e, name="tensat/Mul_3")
+        tf.identity(tf.multiply(inner, y, name="tensat/Mul_4"), name="out")
+        other = tf.multiply(0.5, tf.math.erfc(tf.math.negative(y) * 0.7071), name="kept/Mul")
+        tf.identity(tf.multiply(other, y), name="out2")
+    gd = g.as_graph_def()
+    assert runtime_names.keep_gelu_fusions(gd) == 1
+    names = {n.name for n in gd.node}
+    assert "tensat/.BiasAdd_0_gelu" in names and "tensat/Mul_3" not in names and "kept/Mul" in names
+    assert "tensat/.BiasAdd_0_gelu" < "tensat/BiasAdd_0"
+    root = next(n for n in gd.node if n.name == "tensat/Mul_4")
+    assert list(root.input) == ["tensat/.BiasAdd_0_gelu", "tensat/BiasAdd_0"]
+    assert runtime_names.keep_gelu_fusions(gd) == 0       # already sorted first
+    tf.graph_util.import_graph_def(gd, name="")             # still a valid graph
+
