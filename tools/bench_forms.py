@@ -13,6 +13,10 @@ Experiments (each a chain of a few copies of the pattern, so that it outweighs t
                   training mode on the rows as NCHW channels (Keras 2's form)
   se_fc           a squeeze-excite block's two one-pixel FCs: BatchMatMulV2 on [b, 1, 1, C] (rule F29's form),
                   Reshape + MatMul + Reshape, or a broadcast Mul + Sum; weights constant or variables
+  se_block        a whole squeeze-excite block as Keras writes it (global mean without its axes, Reshape to
+                  [b, 1, 1, C], two 1x1 convs with bias, the gate multiplied into the block's input): the FCs as
+                  BatchMatMulV2 on [b, 1, 1, C] (rule F29's form), or as 2-D MatMuls on the mean's [b, C] rows with
+                  the Reshape moved after them; ReLU + hard sigmoid (MobileNetV3) or swish + sigmoid (EfficientNet)
   preact_bias     a per-channel bias before Relu and a 1x1 conv (DenseNet's, ResNetV2's pre-activation): AddV2 of a
                   [1, 1, 1, C] constant or BiasAdd
   small_m         x [M, K] by a variable weight [K, N] at small M: MatMul, BatchMatMulV2, Einsum, MatMul(transpose_b)
@@ -46,7 +50,7 @@ os.environ.setdefault("TF_OVERRIDE_GLOBAL_THREADPOOL", "1")
 import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
 
-EXPERIMENTS = ("residual_addn", "layer_norm", "se_fc", "preact_bias", "small_m", "batch_matmul_dense", "einsum_dense",
+EXPERIMENTS = ("residual_addn", "layer_norm", "se_fc", "se_block", "preact_bias", "small_m", "batch_matmul_dense", "einsum_dense",
                "position_gather", "conv1d", "dilated")
 flags.DEFINE_list("experiments", list(EXPERIMENTS), f"Any of {', '.join(EXPERIMENTS)}.")
 flags.DEFINE_integer("blocks", 16, "Paired blocks per comparison.")
@@ -216,6 +220,38 @@ def se_fc(tf):
                     f.forms[form] = y
             rows += compare(tf, f"one-pixel FCs {c} -> {k} -> {c}, weights " + ("variables" if variable else "Const"),
                             f)
+    return rows
+
+
+def se_block(tf):
+    rows = []
+    for h, c, k in ((8, 16, 8), (4, 96, 24), (4, 240, 64), (2, 576, 144)):
+        for act in ("relu", "swish"):
+            f = Forms(tf, (1, h, h, c))
+            with f.graph.as_default():
+                ws = [(f.weight((1, 1, c, k)), f.weight((k,)), f.weight((1, 1, k, c)), f.weight((c,)))
+                      for _ in range(COPIES)]
+                inner = tf.nn.relu if act == "relu" else tf.nn.silu
+                gate = (lambda t: tf.nn.relu6(t + 3.0) * (1.0 / 6.0)) if act == "relu" else tf.sigmoid
+                for form in ("Conv2D", "BatchMatMulV2", "MatMul"):
+                    y = f.x
+                    for w1, b1, w2, b2 in ws:
+                        m = tf.reduce_mean(y, [1, 2])
+                        if form == "MatMul":
+                            s = inner(tf.nn.bias_add(tf.linalg.matmul(m, tf.reshape(w1, [c, k])), b1))
+                            s = tf.reshape(gate(tf.nn.bias_add(tf.linalg.matmul(s, tf.reshape(w2, [k, c])), b2)),
+                                           [-1, 1, 1, c])
+                        else:
+                            m = tf.reshape(m, [-1, 1, 1, c])
+                            if form == "Conv2D":
+                                s = inner(tf.nn.bias_add(tf.nn.conv2d(m, w1, 1, "VALID"), b1))
+                                s = gate(tf.nn.bias_add(tf.nn.conv2d(s, w2, 1, "VALID"), b2))
+                            else:
+                                s = inner(tf.nn.bias_add(tf.linalg.matmul(m, tf.reshape(w1, [c, k])), b1))
+                                s = gate(tf.nn.bias_add(tf.linalg.matmul(s, tf.reshape(w2, [k, c])), b2))
+                        y = y * s
+                    f.forms[form] = y
+            rows += compare(tf, f"squeeze-excite {h}x{h}x{c} -> {k} -> {c}, {act}", f)
     return rows
 
 
