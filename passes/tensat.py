@@ -273,7 +273,8 @@ class TensatPass:
             return graph_def
         gain = predicted_gain(cost_before, res.dag_cost, model.device, opaque_ms=kept.ms)
         if gain < 1 + o.min_gain and o.original_cost_factor == 1:
-            stats.kept_input = f"extracted graph is predicted only {gain:.4f}x as fast (under --min_gain={o.min_gain:g})"
+            stats.kept_input = (f"extracted graph is predicted only {gain:.4f}x as fast "
+                                f"(under --min_gain={o.min_gain:g})")
             ex.update(cost_after=ex["cost_before"], predicted_gain=round(gain, 6))
             return graph_def
         stats.rules_applied = rules_applied(g, exp, res.choice, prep.original, self.ruleset)

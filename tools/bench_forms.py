@@ -50,8 +50,8 @@ os.environ.setdefault("TF_OVERRIDE_GLOBAL_THREADPOOL", "1")
 import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
 
-EXPERIMENTS = ("residual_addn", "layer_norm", "se_fc", "se_block", "preact_bias", "small_m", "batch_matmul_dense", "einsum_dense",
-               "position_gather", "conv1d", "dilated")
+EXPERIMENTS = ("residual_addn", "layer_norm", "se_fc", "se_block", "preact_bias", "small_m", "batch_matmul_dense",
+               "einsum_dense", "position_gather", "conv1d", "dilated")
 flags.DEFINE_list("experiments", list(EXPERIMENTS), f"Any of {', '.join(EXPERIMENTS)}.")
 flags.DEFINE_integer("blocks", 16, "Paired blocks per comparison.")
 flags.DEFINE_integer("runs", 20, "Session.run calls of each form per block (the block's median is compared).")

@@ -25,11 +25,12 @@ they are on is TF's choice per machine (see "Without oneDNN" at the end for the 
          survives it (y * (h * erfc) became (h * y) * erfc and stayed unfused). As tf.nn.gelu writes it, (h * y) *
          erfc, it fused where that optimizer did not move it or moved it into this form, which depends on what the
          runtime knows of the shapes: a converted MLP-Mixer and ViT fused it, a Dense layer on a rank-2 input did
-         not (/tmp SavedModels, Grappler run as a served call runs it, grappler.runtime_error's setting). Rules
-         F19, F24 and F31 write this form. Measured (one thread, fastest of 7 blocks of 30 runs; /tmp script): [784,96] x [96,384] +
-         bias + GELU 641 us against 619 us for the matmul + bias alone, while unfused on ConvNeXt-Tiny ([3136,384])
-         each GELU ran Erfc 65 us, Neg 19 us and three Muls. Keras' Dense on a rank-3/4 input puts a Reshape
-         between the MatMul and its bias; rules F18/F19 (rules/tf_fold.rules) move the bias and the GELU before it.
+         not (/tmp SavedModels, grappler.runtime_graph: Grappler run as a served call runs it). Rules F19, F24
+         and F31 write this form, and egraph/runtime_names.py names it so that Grappler leaves it. Measured (one
+         thread, fastest of 7 blocks of 30 runs; /tmp script): [784,96] x [96,384] + bias + GELU 641 us against 619
+         us for the matmul + bias alone, while unfused on ConvNeXt-Tiny ([3136,384]) each GELU ran Erfc 65 us, Neg
+         19 us and three Muls. Keras' Dense on a rank-3/4 input puts a Reshape between the MatMul and its bias; rules
+         F18/F19 (rules/tf_fold.rules) move the bias and the GELU before it.
          The five nodes are priced fused; Neg(y) and the last Mul both read y (partners), the others read one node
          each.
   MatMul The fused kernel is dearer than the plain one by a fixed amount. MatMul [R,64] x [64,128] in 16 chained

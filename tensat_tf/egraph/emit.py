@@ -10,8 +10,8 @@ Walks the chosen DAG from the roots (post-order, memoised per class):
   - a ReshapeS whose shape holds symbols reads a target built from Shape(graph input), shared by value between the
     reshapes that need the same one (tensat_tf/shape_values.py).
 The inner Mul of an exact GELU is then renamed so that TF's Grappler leaves it for the remapper to fuse
-(egraph/runtime_names.py). The result keeps the input's function library and versions. Node order is the emission order, which depends only on
-the choice, so equal choices give equal bytes.
+(egraph/runtime_names.py). The result keeps the input's function library and versions. Node order is the emission
+order, which depends only on the choice, so equal choices give equal bytes.
 """
 from __future__ import annotations
 

@@ -4,13 +4,14 @@ TF's remapper fuses MatMul + BiasAdd + exact GELU into one _FusedMatMul only in 
 Mul(Mul(h, Erfc(Mul(Neg(y), c))), y). Grappler's arithmetic optimizer runs before it and regroups a product of
 factors (MinimizeBroadcasts), and whether it regroups this one depends on node names: measured on a Dense layer on a
 rank-2 input, converted, then run through TF's default Grappler as a served call runs it (grappler.runtime_error's
-setting), it kept the grouping, and the GELU fused, exactly when the inner Mul's name sorted before y's. Of 13 names
+setting), it kept the grouping, and the GELU fused, exactly when the inner Mul's name sorted before y's. Of 22 names
 tried for the inner Mul against y = 'tensat/BiasAdd_0', 'tensat/BiasAdd_', 'tensat/Ba' and '.../Gelu/foo' fused,
-'tensat/BiasAdd_00', 'tensat/Bj', 'tensat/C' and 'tensat/Mul_0' (the emitter's own name) did not.
+'tensat/BiasAdd_00', 'tensat/Bj', 'tensat/C' and 'tensat/Mul_0' (the emitter's own name) did not; renaming the
+product itself changed nothing.
 
 The emitter names every new node `tensat/<Op>_<k>`, and 'Mul' sorts after 'BiasAdd'; so the inner Mul of each such
-GELU is renamed into y's scope with a '.' first, which sorts before any name TF allows there
-('scope/.BiasAdd_0_gelu' < 'scope/BiasAdd_0'). Only the emitter's new nodes are renamed: the input's names, which
+GELU is renamed into y's scope with a '.' first, which sorts before a name there that starts with a letter, a digit
+or '_' ('scope/.BiasAdd_0_gelu' < 'scope/BiasAdd_0'). Only the emitter's new nodes are renamed: the input's names, which
 the signature's outputs and the user's tools may refer to, stay.
 """
 from __future__ import annotations
@@ -43,7 +44,8 @@ def keep_gelu_fusions(graph_def) -> int:
         if root.op != "Mul" or len(root.input) != 2 or op(root.input[0]) != "Mul":
             continue
         inner, y = by[_node(root.input[0])], _node(root.input[1])
-        if op(y) != "BiasAdd" or not inner.name.startswith(NEW_PREFIX) or consumers[inner.name] != 1 or len(inner.input) != 2:
+        if (op(y) != "BiasAdd" or not inner.name.startswith(NEW_PREFIX) or consumers[inner.name] != 1
+                or len(inner.input) != 2):
             continue
         erfc = [i for i in inner.input if op(i) == "Erfc"]
         if len(erfc) != 1 or not scalar_const([i for i in inner.input if i != erfc[0]][0]):
@@ -58,7 +60,8 @@ def keep_gelu_fusions(graph_def) -> int:
         while new in by or new in renames.values():
             k += 1
             new = f"{scope}/.{base}_gelu_{k}" if scope else f".{base}_gelu_{k}"
-        renames[inner.name] = new
+        if new < y:                      # not where y's own name starts with '-' (TF allows it after a '/')
+            renames[inner.name] = new
     if not renames:
         return 0
     for n in graph_def.node:
