@@ -2,8 +2,9 @@
 
 Grappler's contract: `TensatPass(options).optimize(graph_def, item) -> graph_def`; feeds, fetches and preserved
 nodes stay (they are opaque roots of the e-graph). The pass never returns something worse than its input by its own
-cost model: when the extracted graph's predicted cost is not below the original's, or extraction finds nothing, it
-returns the input graph unchanged (and says why in its stats).
+cost model: when the extracted graph's predicted cost is not below the original's, when the whole call is not
+predicted at least EngineOptions.min_gain faster, or extraction finds nothing, it returns the input graph unchanged
+(and says why in its stats).
 """
 from __future__ import annotations
 

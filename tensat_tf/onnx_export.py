@@ -126,10 +126,11 @@ def check(model_bytes: bytes, sig, reference_fn, batch_sizes: Sequence[int], see
     try:
         sess = ort.InferenceSession(model_bytes, providers=["CPUExecutionProvider"])
     except Exception as e:  # noqa: BLE001 - onnxruntime's own exception types; the CLI wants one line
-        # tf2onnx passes a TF op it cannot convert through unchanged, and onnxruntime then refuses the graph
+        # tf2onnx passes a TF op it cannot convert through unchanged, and onnxruntime then refuses the graph (or it
+        # has no kernel for an op's dtype: Erf on float64)
         first = (str(e).strip().splitlines() or [""])[0]
-        raise errors.ExportFailed(f"onnxruntime cannot load tf2onnx's conversion of signature {sig.name} "
-                                  f"(an op ONNX does not have?): {type(e).__name__}: {first[:300]}") from None
+        raise errors.ExportFailed(f"onnxruntime cannot load tf2onnx's conversion of signature {sig.name}: "
+                                  f"{type(e).__name__}: {first[:300]}") from None
     in_names = {i.name for i in sess.get_inputs()}
     out_names = {o.name for o in sess.get_outputs()}
     # ONNX names are the signature keys, or the frozen tensor names when renaming was not possible (_rename_io)

@@ -111,7 +111,8 @@ class EngineOptions:
     # to go on. Below it the change is inside the extraction's own gap and nothing here can measure it, while the
     # rewrite's risk is real: in a sweep of Keras models a bidirectional GRU / LSTM's input projections merged
     # (predicted 1.0029x) ran 0.983-0.990x, a UNet's ten convolution biases as BiasAdds (1.0013x) 0.996x
-    # (BENCHMARKS.md, "A gain too small to take")
+    # (BENCHMARKS.md, "A gain too small to take"). Not applied with original_cost_factor > 1, whose prices are not
+    # the model's
     min_gain: float = PROBE_MIN_GAIN
     solver: str = "auto"
     cost_model: str = "analytic"                       # analytic | measured

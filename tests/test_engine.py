@@ -398,7 +398,8 @@ def test_pass_keeps_its_input_when_the_predicted_gain_is_under_min_gain():
     assert gain > 1.0
     kept = TensatPass(EngineOptions(enable_rules=["tf-fold"], min_gain=(gain - 1) * 1.01))
     assert kept.optimize(gd, item) is gd
-    assert kept.stats.kept_input.startswith(f"extracted graph is predicted only {gain:.4f}x as fast")
+    assert kept.stats.kept_input.startswith("extracted graph is predicted only ")
+    assert kept.stats.extraction["predicted_gain"] == pytest.approx(gain, rel=1e-4)
     assert kept.stats.rules_applied == {}
     assert kept.stats.extraction["cost_after"] == kept.stats.extraction["cost_before"]
     again = TensatPass(EngineOptions(enable_rules=["tf-fold"], min_gain=(gain - 1) * 0.99))

@@ -222,17 +222,33 @@ def gelu(contraction="MatMul", x=(8, 16), w=(16, 32), y=(8, 32), c=(), swap=Fals
 
 
 def test_exact_gelu_joins_a_matmul_and_its_biasadd():
-    for swap in (False, True):
-        sites = fusion.fusion_sites(gelu(swap=swap))
+    for swap, outer in ((False, (8, 4)), (True, (8, 4)), (False, (4, 8))):
+        sites = fusion.fusion_sites(gelu(swap=swap, outer=outer))
         assert {i: s.kind for i, s in sites.items() if s.kind == "gelu"} == {i: "gelu" for i in (7, 8, 9, 10, 11)}
-        assert sites[7] == fusion.Site("gelu", 4, frozenset({4}), frozenset({11}))     # Neg(y): the product too
-        assert sites[8].producers == {7} and sites[9].producers == {8}               # Mul after Neg, Erfc after it
-        assert sites[10] == fusion.Site("gelu", 7, frozenset({9}))                     # h * Erfc
-        assert sites[11] == fusion.Site("gelu", 8, frozenset({10}))                    # (h * Erfc) * y
-    # Grappler's arithmetic optimizer regroups the other outer order, and tf.nn.gelu's grouping unless it regroups
-    # it favourably (cost/fusion.py, gelu): neither is priced fused
-    assert "gelu" not in fusion.fused_nodes(gelu(outer=(4, 8))).values()
+        # Neg(y): the product reads y too (a partner); each step fuses only where the next is its only reader
+        assert sites[7] == fusion.Site("gelu", 4, frozenset({4}), frozenset({11}), frozenset({8}))
+        assert sites[8] == fusion.Site("gelu", 5, frozenset({7}), consumers=frozenset({9}))    # Mul by c
+        assert sites[9] == fusion.Site("gelu", 6, frozenset({8}), consumers=frozenset({10}))   # Erfc
+        assert sites[10] == fusion.Site("gelu", 7, frozenset({9}), consumers=frozenset({11}))  # h * Erfc
+        assert sites[11] == fusion.Site("gelu", 8, frozenset({10}))                            # (h * Erfc) * y
+    # tf.nn.gelu's grouping fuses only where Grappler's arithmetic optimizer regroups it (cost/fusion.py, gelu)
     assert "gelu" not in fusion.fused_nodes(gelu(grouping="tf.nn.gelu")).values()
+
+
+def test_a_gelu_whose_erfc_has_another_reader_runs_alone_whole():
+    """The remapper takes the GELU whole or not at all: a second reader of the Erfc (here the program's output adds
+    it in) leaves all five nodes unfused, the steps before the Erfc included."""
+    from tensat_tf.extract import dag
+    base = gelu(x=(64, 16), y=(64, 32))
+    nodes = [(n.op, n.eclass, n.children, n.payload) for n in base.egraph.nodes] + [("AddV2", 12, (9, 7), ())]
+    exp = egraph(nodes, dict(base.shapes) | {12: (64, 32)})
+    g = exp.egraph.with_costs(*analytic.priced(exp))
+    choice = {n.eclass: i for i, n in enumerate(g.nodes)}
+    gelu_nodes = {i for i, n in enumerate(g.nodes) if n.eclass in (5, 6, 7, 8, 9)}
+    assert dag.unfused(g, choice) >= gelu_nodes
+    alone = {i for i, n in enumerate(base.egraph.nodes) if n.eclass in (5, 6, 7, 8, 9)}
+    plain = base.egraph.with_costs(*analytic.priced(base))
+    assert dag.unfused(plain, {n.eclass: i for i, n in enumerate(plain.nodes)}) & alone == set()
     # a Conv2D's bias, or a non-scalar constant, is not the pattern
     assert "gelu" not in fusion.fused_nodes(gelu("Conv2D", x=X, w=W, y=Y)).values()
     assert "gelu" not in fusion.fused_nodes(gelu(c=(32,))).values()

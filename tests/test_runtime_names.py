@@ -1,5 +1,6 @@
 """tensat_tf/egraph/runtime_names.py: the exact GELU the cost model prices fused is fused by TF's runtime."""
 import collections
+import os
 
 import numpy as np
 import pytest
@@ -15,10 +16,19 @@ from tensat_tf.passes.tensat import TensatPass
 from conftest import save_dense_gelu
 
 
+ONEDNN = pytest.mark.skipif(os.environ.get("TF_ENABLE_ONEDNN_OPTS") == "0",
+                            reason="oneDNN off: TF's remapper fuses no GELU (cost/fusion.py, Without oneDNN)")
+
+
 @pytest.fixture(scope="module")
-def dense_gelu(tmp_path_factory):
-    path = save_dense_gelu(str(tmp_path_factory.mktemp("dense_gelu") / "m"), 64, 256, 64)
-    sig = load_mod.load(path, tags=None, only=["serving_default"], allow_ops=()).signatures["serving_default"]
+def dense_gelu_path(tmp_path_factory):
+    return save_dense_gelu(str(tmp_path_factory.mktemp("dense_gelu") / "m"), 64, 256, 64)
+
+
+@pytest.fixture(scope="module")
+def dense_gelu(dense_gelu_path):
+    loaded = load_mod.load(dense_gelu_path, tags=None, only=["serving_default"], allow_ops=())
+    sig = loaded.signatures["serving_default"]
     return sig.graph_def, sig.item
 
 
@@ -30,6 +40,7 @@ def _at_run_time(graph_def, item):
     return ops["Erfc"], fused
 
 
+@ONEDNN
 def test_the_extracted_gelu_fuses_at_run_time_as_priced(dense_gelu, monkeypatch):
     gd, item = dense_gelu
     p = TensatPass(EngineOptions(min_gain=0.0))
@@ -44,6 +55,19 @@ def test_the_extracted_gelu_fuses_at_run_time_as_priced(dense_gelu, monkeypatch)
     p = TensatPass(EngineOptions(min_gain=0.0))
     plain, _ = pipeline.run(gd, item, [canonicalize, p])
     assert _at_run_time(plain, item) == (1, [("BiasAdd",)])
+
+
+@ONEDNN
+def test_the_names_survive_saving(dense_gelu_path, tmp_path):
+    """What convert publishes, loaded back as a server loads it, still fuses the GELU."""
+    from tensat_tf.convert import convert
+    from tensat_tf.options import Options
+    out = str(tmp_path / "out")
+    report = convert(dense_gelu_path, out, Options(profile=False, engine=EngineOptions(min_gain=0.0)))
+    assert report["verification"]["passed"]
+    sig = load_mod.load(out, tags=None, only=["serving_default"], allow_ops=()).signatures["serving_default"]
+    assert any(n.name.endswith("_gelu") and "/." in n.name for n in sig.graph_def.node)
+    assert _at_run_time(sig.graph_def, sig.item) == (0, [("BiasAdd", "GeluExact")])
 
 
 def test_only_the_emitters_own_gelu_product_is_renamed():

@@ -19,20 +19,21 @@ they are on is TF's choice per machine (see "Without oneDNN" at the end for the 
          [1,28,28,64], 92 vs 101 at [1,7,7,256]; conv + bias alone 100, 81, 86. EfficientNetV2-B0's export has 23 of
          its 39 swishes after an AddV2 bias (equal in cost until now, so extraction kept the AddV2).
   gelu   TF's exact GELU as the remapper's pattern groups it, Mul(Mul(h, Erfc(Mul(Neg(y), c))), y) with scalar c
-         and h (either operand order of the inner Muls), where y is a MatMul's BiasAdd: one _MklNativeFusedMatMul
-         (Device.fused_activations contractions). Grappler's arithmetic optimizer runs first and regroups a product
-         of factors: it sorts them, scalars first, the others in the order they are read, so only this outer order
-         survives it (y * (h * erfc) became (h * y) * erfc and stayed unfused). As tf.nn.gelu writes it, (h * y) *
-         erfc, it fused where that optimizer did not move it or moved it into this form, which depends on what the
-         runtime knows of the shapes: a converted MLP-Mixer and ViT fused it, a Dense layer on a rank-2 input did
-         not (/tmp SavedModels, grappler.runtime_graph: Grappler run as a served call runs it). Rules F19, F24
-         and F31 write this form, and egraph/runtime_names.py names it so that Grappler leaves it. Measured (one
+         and h (any operand order of the three Muls), where y is a MatMul's BiasAdd: one _MklNativeFusedMatMul
+         (Device.fused_activations contractions). Grappler's arithmetic optimizer runs first and reorders a
+         product's factors, partly by node name (egraph/runtime_names.py): with the inner Mul's name sorting before
+         y's the grouping stays and fuses, in either outer order; with the emitter's own names it was regrouped and
+         ran unfused. As tf.nn.gelu writes it, (h * y) * erfc, it fused only where that optimizer moved it into the
+         remapper's grouping, which depends on what the runtime knows of the shapes: a converted MLP-Mixer and ViT
+         fused it, a Dense layer on a rank-2 input did not (/tmp SavedModels, grappler.runtime_graph: Grappler run
+         as a served call runs it). Rules F19, F24 and F31 write the remapper's grouping, and
+         egraph/runtime_names.py names it so that Grappler leaves it. Measured (one
          thread, fastest of 7 blocks of 30 runs; /tmp script): [784,96] x [96,384] + bias + GELU 641 us against 619
          us for the matmul + bias alone, while unfused on ConvNeXt-Tiny ([3136,384]) each GELU ran Erfc 65 us, Neg
          19 us and three Muls. Keras' Dense on a rank-3/4 input puts a Reshape between the MatMul and its bias; rules
          F18/F19 (rules/tf_fold.rules) move the bias and the GELU before it.
          The five nodes are priced fused; Neg(y) and the last Mul both read y (partners), the others read one node
-         each.
+         each, and each fuses only where the next one is the only reader of its class (consumers).
   MatMul The fused kernel is dearer than the plain one by a fixed amount. MatMul [R,64] x [64,128] in 16 chained
          layers, one thread, Grappler on, median of 7 blocks of 100 runs (/tmp script), us per layer at R = 8 / 32 /
          128 / 512: MatMul 13.8 / 16.9 / 24.9 / 62.6; + fused BiasAdd 18.0 / 21.9 / 29.8 / 67.4 (+4.2-5.0); + a
@@ -287,32 +288,36 @@ class _View:
 
 
 def _gelu_sites(v: _View, contractions, fused: dict) -> None:
-    """Add the five nodes of every exact GELU Mul(Mul(h, Erfc(Mul(Neg(y), c))), y) whose input a BiasAdd on one of
-    `contractions` computes (module docstring)."""
+    """Add the five nodes of every exact GELU Mul(Mul(h, Erfc(Mul(Neg(y), c))), y) (any operand order) whose input
+    a BiasAdd on one of `contractions` computes (module docstring)."""
     if not contractions:
         return
     g = v.g
     biases = v.biases(contractions)
     for out in v.binary("Mul"):
-        he_cls, y = g.nodes[out].children
-        producers = biases.get(y)
-        if not producers:
-            continue
-        for he in v.nodes("Mul", he_cls):
-            e_cls = v.scaled(he)
-            for e in v.nodes("Erfc", e_cls):
-                for m1 in v.nodes("Mul", g.nodes[e].children[0]):
-                    neg_cls = v.scaled(m1)
-                    for n1 in v.nodes("Neg", neg_cls):
-                        if g.nodes[n1].children[0] != y:
-                            continue
-                        # joined, not assigned: a class can hold several forms of one step (F22 puts the scalar of
-                        # Mul(c, Neg(y)) right), and the next step fuses after any of them
-                        _join(fused, n1, Site("gelu", y, producers, frozenset({out})))
-                        _join(fused, m1, Site("gelu", neg_cls, frozenset({n1})))
-                        _join(fused, e, Site("gelu", g.nodes[e].children[0], frozenset({m1})))
-                        _join(fused, he, Site("gelu", e_cls, frozenset({e})))
-                        _join(fused, out, Site("gelu", he_cls, frozenset({he})))
+        a, b = g.nodes[out].children
+        for he_cls, y in ((a, b), (b, a)) if a != b else ():
+            producers = biases.get(y)
+            if not producers:
+                continue
+            for he in v.nodes("Mul", he_cls):
+                e_cls = v.scaled(he)
+                for e in v.nodes("Erfc", e_cls):
+                    for m1 in v.nodes("Mul", g.nodes[e].children[0]):
+                        neg_cls = v.scaled(m1)
+                        for n1 in v.nodes("Neg", neg_cls):
+                            if g.nodes[n1].children[0] != y:
+                                continue
+                            # joined, not assigned: a class can hold several forms of one step (F22 puts the scalar
+                            # of Mul(c, Neg(y)) right), and the next step fuses after any of them. Each step fuses
+                            # only where the next one is its only reader (consumers): the remapper takes the pattern
+                            # whole or not at all
+                            _join(fused, n1, Site("gelu", y, producers, frozenset({out}), frozenset({m1})))
+                            _join(fused, m1, Site("gelu", neg_cls, frozenset({n1}), consumers=frozenset({e})))
+                            _join(fused, e, Site("gelu", g.nodes[e].children[0], frozenset({m1}),
+                                                 consumers=frozenset({he})))
+                            _join(fused, he, Site("gelu", e_cls, frozenset({e}), consumers=frozenset({out})))
+                            _join(fused, out, Site("gelu", he_cls, frozenset({he})))
 
 
 def _swish_sites(v: _View, contractions, fused: dict) -> None:
