@@ -43,6 +43,11 @@ class Fused:
     consumers: frozenset[int] = frozenset()
     surcharge: float = 0.0
 
+    def charged(self, choice: dict) -> bool:
+        """Whether the program `choice` (class -> node) pays this node's surcharge: one of `producers` computes
+        `reads` (extract/dag.py surcharged, extract/greedy.py)."""
+        return bool(self.surcharge) and choice.get(self.reads) in self.producers
+
 
 @dataclasses.dataclass
 class EGraphData:

@@ -56,7 +56,7 @@ def surcharged(egraph: EGraphData, choice: Choice, needed: Optional[list[int]] =
     out = []
     for c in needed:
         f = egraph.fused.get(choice[c])
-        if f is not None and f.surcharge and choice.get(f.reads) in f.producers:
+        if f is not None and f.charged(choice):
             out.append(choice[c])
     return sorted(out)
 

@@ -88,8 +88,7 @@ def greedy_choice(egraph: EGraphData) -> dict[int, int]:
     def own_cost(i: int) -> float:
         """i's cost with its surcharge where its children's choices charge it (they are settled)."""
         f = egraph.fused.get(i)
-        return cost[i] + f.surcharge if f is not None and f.surcharge and chosen.get(f.reads) in f.producers \
-            else cost[i]
+        return cost[i] + f.surcharge if f is not None and f.charged(chosen) else cost[i]
 
     while heap:
         c_i, i = heapq.heappop(heap)
