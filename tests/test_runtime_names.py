@@ -51,10 +51,24 @@ def test_the_extracted_gelu_fuses_at_run_time_as_priced(dense_gelu, monkeypatch)
     # the control: the same choice emitted with the emitter's own names; TF's arithmetic optimizer regroups the
     # product before the remapper sees it (this pins the behaviour runtime_names.py works around: if a TF release
     # changes it, this line says so)
-    monkeypatch.setattr(runtime_names, "keep_gelu_fusions", lambda g: 0)
+    monkeypatch.setattr(runtime_names, "precede", lambda g, orders: 0)
     p = TensatPass(EngineOptions(min_gain=0.0))
     plain, _ = pipeline.run(gd, item, [canonicalize, p])
     assert _at_run_time(plain, item) == (1, [("BiasAdd",)])
+
+
+def test_no_name_order_where_the_program_runs_the_pattern_alone(dense_gelu, monkeypatch):
+    """The emitter renames only the nodes the extracted program runs fused (Emitter.precedences asks
+    extract/dag.py unfused); with every fused node taken as running alone nothing is renamed."""
+    from tensat_tf.egraph import emit as emit_mod
+    gd, item = dense_gelu
+    p = TensatPass(EngineOptions(min_gain=0.0))
+    out, _ = pipeline.run(gd, item, [canonicalize, p])
+    assert any(n.name.endswith("_gelu") for n in out.node)
+    monkeypatch.setattr(emit_mod, "unfused", lambda g, choice, needed=None: set(g.fused))
+    p = TensatPass(EngineOptions(min_gain=0.0))
+    out, _ = pipeline.run(gd, item, [canonicalize, p])
+    assert p.stats.rules_applied and not any(n.name.endswith("_gelu") for n in out.node)
 
 
 @ONEDNN
@@ -70,7 +84,7 @@ def test_the_names_survive_saving(dense_gelu_path, tmp_path):
     assert _at_run_time(sig.graph_def, sig.item) == (0, [("BiasAdd", "GeluExact")])
 
 
-def test_only_the_emitters_own_gelu_product_is_renamed():
+def test_only_the_emitters_own_nodes_are_renamed_to_sort_first():
     g = tf.Graph()
     with g.as_default():
         x = tf.compat.v1.placeholder(tf.float32, [None, 8], name="x")
@@ -81,13 +95,16 @@ def test_only_the_emitters_own_gelu_product_is_renamed():
         tf.identity(tf.multiply(inner, y, name="tensat/Mul_4"), name="out")
         other = tf.multiply(0.5, tf.math.erfc(tf.math.negative(y) * 0.7071), name="kept/Mul")
         tf.identity(tf.multiply(other, y), name="out2")
+        tf.identity(y, name="tensat/.BiasAdd_0_gelu")      # the first name taken: the rename takes a suffix
     gd = g.as_graph_def()
-    assert runtime_names.keep_gelu_fusions(gd) == 1
+    orders = [("tensat/Mul_3", "tensat/BiasAdd_0", "gelu"), ("kept/Mul", "tensat/BiasAdd_0", "gelu"),
+              ("tensat/Mul_4", "x", "gelu"), ("tensat/missing", "tensat/BiasAdd_0", "gelu")]
+    assert runtime_names.precede(gd, orders) == 1
     names = {n.name for n in gd.node}
-    assert "tensat/.BiasAdd_0_gelu" in names and "tensat/Mul_3" not in names and "kept/Mul" in names
-    assert "tensat/.BiasAdd_0_gelu" < "tensat/BiasAdd_0"
+    assert "tensat/.BiasAdd_0_gelu_1" in names and "tensat/Mul_3" not in names and "kept/Mul" in names
+    assert "tensat/Mul_4" in names                            # already sorted before "x"
+    assert "tensat/.BiasAdd_0_gelu_1" < "tensat/BiasAdd_0"
     root = next(n for n in gd.node if n.name == "tensat/Mul_4")
-    assert list(root.input) == ["tensat/.BiasAdd_0_gelu", "tensat/BiasAdd_0"]
-    assert runtime_names.keep_gelu_fusions(gd) == 0       # already sorted first
+    assert list(root.input) == ["tensat/.BiasAdd_0_gelu_1", "tensat/BiasAdd_0"]
+    assert runtime_names.precede(gd, [("tensat/.BiasAdd_0_gelu_1", "tensat/BiasAdd_0", "gelu")]) == 0
     tf.graph_util.import_graph_def(gd, name="")             # still a valid graph
-

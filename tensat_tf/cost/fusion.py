@@ -26,8 +26,8 @@ they are on is TF's choice per machine (see "Without oneDNN" at the end for the 
          ran unfused. As tf.nn.gelu writes it, (h * y) * erfc, it fused only where that optimizer moved it into the
          remapper's grouping, which depends on what the runtime knows of the shapes: a converted MLP-Mixer and ViT
          fused it, a Dense layer on a rank-2 input did not (/tmp SavedModels, grappler.runtime_graph: Grappler run
-         as a served call runs it). Rules F19, F24 and F31 write the remapper's grouping, and
-         egraph/runtime_names.py names it so that Grappler leaves it. Measured (one
+         as a served call runs it). Rules F19, F24 and F31 write the remapper's grouping, and the inner Mul's Site
+         asks the emitter to name it before y (Fused.precedes, egraph/runtime_names.py). Measured (one
          thread, fastest of 7 blocks of 30 runs; /tmp script): [784,96] x [96,384] + bias + GELU 641 us against 619
          us for the matmul + bias alone, while unfused on ConvNeXt-Tiny ([3136,384]) each GELU ran Erfc 65 us, Neg
          19 us and three Muls. Keras' Dense on a rank-3/4 input puts a Reshape between the MatMul and its bias; rules
@@ -178,6 +178,7 @@ class Site:
     producers: frozenset[int]   # the nodes of `reads` it fuses with (the contractions; the fused bias / bn nodes)
     partners: frozenset[int] = frozenset()      # other nodes of the same epilogue that read `reads` too
     consumers: frozenset[int] = frozenset()     # the pattern's next nodes, without which it does not fuse (Fused)
+    precedes: Optional[tuple[int, str]] = None  # (class, tag): a name order the fusion needs too (Fused)
 
 
 def fusion_sites(exp: Exported, contractions=CONTRACTIONS, activations=FUSED_ACTIVATIONS,
@@ -316,7 +317,9 @@ def _gelu_sites(v: _View, contractions, fused: dict) -> None:
                             _join(fused, m1, Site("gelu", neg_cls, frozenset({n1}), consumers=frozenset({e})))
                             _join(fused, e, Site("gelu", g.nodes[e].children[0], frozenset({m1}),
                                                  consumers=frozenset({he})))
-                            _join(fused, he, Site("gelu", e_cls, frozenset({e}), consumers=frozenset({out})))
+                            # Grappler leaves the grouping to the remapper only with the inner Mul named before y
+                            _join(fused, he, Site("gelu", e_cls, frozenset({e}), consumers=frozenset({out}),
+                                                  precedes=(y, "gelu")))
                             _join(fused, out, Site("gelu", he_cls, frozenset({he})))
 
 
@@ -391,7 +394,7 @@ def _join(fused: dict, i: int, site: Site) -> None:
     old = fused.get(i)
     if old is not None and old.reads == site.reads:
         site = Site(site.kind, site.reads, old.producers | site.producers, old.partners | site.partners,
-                    old.consumers | site.consumers)
+                    old.consumers | site.consumers, site.precedes or old.precedes)
     fused[i] = site
 
 

@@ -9,14 +9,16 @@ Walks the chosen DAG from the roots (post-order, memoised per class):
     other consumer;
   - a ReshapeS whose shape holds symbols reads a target built from Shape(graph input), shared by value between the
     reshapes that need the same one (tensat_tf/shape_values.py).
-The inner Mul of an exact GELU is then renamed so that TF's Grappler leaves it for the remapper to fuse
+A new node whose fusion also needs a name order (Fused.precedes: an exact GELU's inner Mul) and that runs fused in
+the choice is then renamed to sort first, so that TF's Grappler leaves the pattern for the remapper to fuse
 (egraph/runtime_names.py). The result keeps the input's function library and versions. Node order is the emission
 order, which depends only on the choice, so equal choices give equal bytes.
 """
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
-from typing import Optional
+from typing import Mapping, Optional
 
 import networkx as nx
 import numpy as np
@@ -24,8 +26,8 @@ import tensorflow as tf
 
 from tensat_tf import ops, shape_values, symbolic
 from tensat_tf.egraph import nodedef, runtime_names
-from tensat_tf.egraph.data import EGraphData
-from tensat_tf.extract.dag import reachable_classes
+from tensat_tf.egraph.data import EGraphData, Fused
+from tensat_tf.extract.dag import reachable_classes, unfused
 from tensat_tf.egraph.export import Exported
 from tensat_tf.egraph.ingest import Ingested, Original
 
@@ -336,9 +338,36 @@ class Emitter:
         return name
 
 
-def emit(ing: Ingested, exp: Exported, choice: dict[int, int]) -> tf.compat.v1.GraphDef:
-    out = Emitter(ing, exp, choice).run()
-    runtime_names.keep_gelu_fusions(out)
+    def precedences(self, fused: Mapping[int, Fused]) -> list[tuple[str, str, str]]:
+        """(node, the node it must sort before, tag) for every chosen node of `fused` with a name order
+        (Fused.precedes) that runs fused in the choice (extract/dag.py unfused), in reachable_classes order."""
+        if not any(f.precedes for f in fused.values()):
+            return []
+        g = dataclasses.replace(self.g, fused=fused)
+        needed = reachable_classes(g, self.choice)
+        alone = unfused(g, self.choice, needed)
+        out = []
+        for c in needed:
+            f = fused.get(self.choice[c])
+            if f is None or f.precedes is None or self.choice[c] in alone:
+                continue
+            before, tag = f.precedes
+            if c in self.tensor_of and before in self.tensor_of:
+                out.append((_node_name(self.tensor_of[c]), _node_name(self.tensor_of[before]), tag))
+        return out
+
+
+def _node_name(tensor: str) -> str:
+    return tensor.split(":")[0].lstrip("^")
+
+
+def emit(ing: Ingested, exp: Exported, choice: dict[int, int],
+         fused: Mapping[int, Fused] = {}) -> tf.compat.v1.GraphDef:
+    """The GraphDef of `choice`; `fused`: the extraction's fused nodes (EGraphData.fused), whose name orders
+    (Fused.precedes) it keeps where they run fused."""
+    em = Emitter(ing, exp, choice)
+    out = em.run()
+    runtime_names.precede(out, em.precedences(fused))
     return out
 
 
