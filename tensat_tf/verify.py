@@ -331,9 +331,11 @@ def _checked_highs(name: str, sig, batch_sizes: Sequence[int], seed: int, unknow
 
 
 def _check_signature(name: str, sig, batch_sizes: Sequence[int], seed: int, unknown_dim: int, highs: dict) -> None:
-    # an image model with dynamic height and width may need more than unknown_dim pixels (DenseNet: 32)
-    hint = (f" (every unknown dim but the batch was {unknown_dim} long; a model that needs longer inputs converts "
-            f"with a larger --unknown_dim)") if any(d < 0 for s in sig.inputs if s.shape for d in s.shape[1:]) else ""
+    # an image model with dynamic height and width may need more than unknown_dim pixels (DenseNet: 32), a text model
+    # with a position table of fixed length fewer tokens (keras_hub's Whisper decoder at 64 positions)
+    hint = (f" (every unknown dim but the batch was {unknown_dim} long; --unknown_dim sets that length: larger for a "
+            f"model that needs longer inputs, smaller for one that takes at most so many, such as a fixed position "
+            f"table)") if any(d < 0 for s in sig.inputs if s.shape for d in s.shape[1:]) else ""
     for i, (tag, feeds) in enumerate(verification_inputs(sig.inputs, batch_sizes, seed, unknown_dim, highs)):
         got = run_original(sig.function, name, tag, feeds, hint)
         if i == 0:

@@ -199,7 +199,7 @@ def test_an_original_that_needs_longer_inputs_is_told_to_use_a_larger_unknown_di
     m = _TooShort()
     tf.saved_model.save(m, path, signatures={"serving_default": m.f})
     model = load_mod.load(path)
-    with pytest.raises(errors.OriginalFails, match="was 16 long; a model that needs longer inputs converts with a "
-                                                   "larger --unknown_dim"):
+    with pytest.raises(errors.OriginalFails, match="was 16 long; --unknown_dim sets that length: larger for a "
+                                                   "model that needs longer inputs, smaller"):
         verify.check_original(model, unknown_dim=16)
     assert verify.check_original(model, unknown_dim=20) == {"serving_default": {}}
