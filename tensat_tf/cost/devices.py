@@ -103,8 +103,12 @@ class Device:
 #   flops_per_element_by_term: Tanh takes 330 us on 1M floats (35 FLOP-equivalents per element at 110 GFLOP/s),
 #     Sigmoid 614 us (64); Relu of the same size 87 us (bandwidth-bound). Erfc 22.6 us on 16k floats, 88.5 on 65k
 #     (150; kernel trace, Grappler on).
-#   fused_matmul_us 4.5, fused_flops_per_element_by_term Erfc 33: a MatMul's fused bias, and its fused GELU, timed
-#     against the plain MatMul (cost/fusion.py, "MatMul").
+#   fused_matmul_us 9, fused_flops_per_element_by_term Erfc 33: a MatMul's fused bias, and its fused GELU, timed
+#     against the plain MatMul (cost/fusion.py, "MatMul"): 4.2-5.0 us more in chained layers, about twice that in
+#     whole models. At 4.5 the bias and exact GELU moved onto a MatMul at 16 rows (F24) made six keras_hub text
+#     models (ESM2, RoBERTa, XLNet, BART, Whisper, Falcon) 2.8-5.6 % slower than what 9 extracts (paired, BENCHMARKS.md,
+#     "The fused MatMul's fixed cost in whole models"), also with weights at a trained model's scale; at 9 ViT's,
+#     ConvNeXt-Tiny's and Swin's fused GELUs (65 rows and more) stay, and ViT and ConvNeXt-Tiny measure the same.
 #   fused_depthwise_us 4: a depthwise conv's fused bias + Relu6 against the conv alone, 4.6 us at [1,14,14,256] and
 #     11.5 us at [1,56,56,144] where the separate ops would take 20 and 175 (cost/fusion.py, "depthwise").
 #   strided_copy_efficiency 0.5: Transpose 1024x1024 reaches 30 GB/s, [0,2,1,3] on 8x128x12x64 73 GB/s.
@@ -149,7 +153,7 @@ CPU = Device(
                          ("FusedBatchNormV3", 4.5), ("Einsum", 3.2), ("SpaceToBatchND", 4.5), ("BatchToSpaceND", 2.0)),
     flops_per_element_by_term=(("Tanh", 35.0), ("Sigmoid", 64.0), ("Erfc", 150.0)),
     strided_copy_efficiency=0.5, broadcast_efficiency=0.3, fused_contractions=("Conv2D", "DepthwiseConv2dNative"),
-    fused_activations=FUSED_ACTIVATIONS, call_overhead_us=160.0, fused_matmul_us=4.5, fused_depthwise_us=4.0,
+    fused_activations=FUSED_ACTIVATIONS, call_overhead_us=160.0, fused_matmul_us=9.0, fused_depthwise_us=4.0,
     fused_flops_per_element_by_term=(("Erfc", 33.0), ("Swish", 40.0)), onednn=True,
     variable_weight_ns_per_element=0.13,
     variable_depthwise_us=8.0)

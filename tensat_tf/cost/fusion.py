@@ -44,7 +44,8 @@ they are on is TF's choice per machine (see "Without oneDNN" at the end for the 
          op's price where it does not (matmul_bias_sites; cost/analytic.py fusion_terms prices the cheaper of the
          two and charges the other through its Fused term), the fused Erfc 33 FLOP-equivalents per element
          (Device.fused_flops_per_element_by_term), and moving a bias and a GELU onto a MatMul (F18, F19, F23, F24)
-         pays from a few dozen rows, not on a handful (measured on the zoo's encoder at sequence 8: 0.97x).
+         pays from a few dozen rows, not on a handful (measured on the zoo's encoder at sequence 8: 0.97x). In
+         whole models the fused kernel's fixed cost measured about twice the chained layers' (cost/devices.py CPU).
   depthwise  The bias and activation of a DepthwiseConv2dNative cost a fixed amount, not a pass over memory. A 3x3
          depthwise conv + BiasAdd + Relu6 against the conv alone (one thread, paired, 8 copies each followed by a
          1x1 conv, ratio of medians of 10 blocks; /tmp script): 4.6 us more per copy at [1,14,14,256], 11.5 us at
