@@ -279,7 +279,7 @@ class TensatPass:
             ex.update(cost_after=ex["cost_before"], predicted_gain=round(gain, 6))
             return graph_def
         stats.rules_applied = rules_applied(g, exp, res.choice, prep.original, self.ruleset)
-        out = emit_mod.emit(ing, exp, res.choice, g.fused)
+        out = emit_mod.emit(ing, exp, res.choice)
         lap("emit")
         failed = grappler.runtime_error(out, item, o.min_variable_elements)
         lap("grappler_check")

@@ -57,6 +57,7 @@ def test_the_extracted_gelu_fuses_at_run_time_as_priced(dense_gelu, monkeypatch)
     assert _at_run_time(plain, item) == (1, [("BiasAdd",)])
 
 
+@ONEDNN
 def test_no_name_order_where_the_program_runs_the_pattern_alone(dense_gelu, monkeypatch):
     """The emitter renames only the nodes the extracted program runs fused (Emitter.precedences asks
     extract/dag.py unfused); with every fused node taken as running alone nothing is renamed."""
@@ -69,6 +70,21 @@ def test_no_name_order_where_the_program_runs_the_pattern_alone(dense_gelu, monk
     p = TensatPass(EngineOptions(min_gain=0.0))
     out, _ = pipeline.run(gd, item, [canonicalize, p])
     assert p.stats.rules_applied and not any(n.name.endswith("_gelu") for n in out.node)
+
+
+@ONEDNN
+@pytest.mark.parametrize("device", ["cpu-eigen", "gpu"])
+def test_the_names_do_not_depend_on_the_device_priced(dense_gelu, device):
+    """A model converted for a device whose profile prices no GELU fusion (Eigen's CPU kernels, a GPU) and served
+    where TF's oneDNN remapper runs still fuses: the name orders come from TF's patterns, not from the prices. The
+    remapper's grouping is forced here (the rewritten forms priced 10x cheaper than the input's)."""
+    gd, item = dense_gelu
+    rules = ["F05-add-to-bias", "F22-mul-scalar-right", "F31-gelu-remapper-grouping", "F31b-gelu-remapper-grouping"]
+    p = TensatPass(EngineOptions(min_gain=0.0, device=device, original_cost_factor=10.0, enable_rules=rules))
+    out, _ = pipeline.run(gd, item, [canonicalize, p])
+    assert p.stats.rules_applied.get("F31-gelu-remapper-grouping") or p.stats.rules_applied.get(
+        "F31b-gelu-remapper-grouping")
+    assert _at_run_time(out, item) == (0, [("BiasAdd", "GeluExact")])
 
 
 @ONEDNN

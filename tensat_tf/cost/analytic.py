@@ -335,8 +335,7 @@ def fusion_terms(exp: Exported, costs_ms: list[float], batch_size: int, device: 
             price += device.fused_depthwise_us * 1e-3
         out[i] = min(out[i], price)
         if costs_ms[i] > out[i]:
-            terms[i] = Fused(site.reads, costs_ms[i] - out[i], site.producers, site.partners, site.consumers,
-                             precedes=site.precedes)
+            terms[i] = Fused(site.reads, costs_ms[i] - out[i], site.producers, site.partners, site.consumers)
     if device.fused_matmul_us:
         # a MatMul's bias is fused by the runtime wherever extraction computes its input with a MatMul: dearer than a
         # separate BiasAdd on a few rows, cheaper on many. It is priced as the cheaper of the two, and its Fused term

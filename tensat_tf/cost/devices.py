@@ -105,10 +105,11 @@ class Device:
 #     (150; kernel trace, Grappler on).
 #   fused_matmul_us 9, fused_flops_per_element_by_term Erfc 33: a MatMul's fused bias, and its fused GELU, timed
 #     against the plain MatMul (cost/fusion.py, "MatMul"): 4.2-5.0 us more in chained layers, about twice that in
-#     whole models. At 4.5 the bias and exact GELU moved onto a MatMul at 16 rows (F24) made six keras_hub text
-#     models (ESM2, RoBERTa, XLNet, BART, Whisper, Falcon) 2.8-5.6 % slower than what 9 extracts (paired, BENCHMARKS.md,
-#     "The fused MatMul's fixed cost in whole models"), also with weights at a trained model's scale; at 9 ViT's,
-#     ConvNeXt-Tiny's and Swin's fused GELUs (65 rows and more) stay, and ViT and ConvNeXt-Tiny measure the same.
+#     whole models. At 4.5 the bias and exact GELU moved onto a MatMul at 16 rows (F24) left six keras_hub text
+#     models (ESM2, RoBERTa, XLNet, BART, Whisper, Falcon) 1.028-1.056x slower than what 9 extracts (paired,
+#     BENCHMARKS.md, "The fused MatMul's fixed cost in whole models"), also with weights at a trained model's scale.
+#     At 9 ConvNeXt-Tiny's, Swin's and keras_hub's ViT's fused GELUs (65 rows and more) stay; the suite's ViT (17
+#     tokens) runs its two GELUs unfused, measuring the same as before (1.001x).
 #   fused_depthwise_us 4: a depthwise conv's fused bias + Relu6 against the conv alone, 4.6 us at [1,14,14,256] and
 #     11.5 us at [1,56,56,144] where the separate ops would take 20 and 175 (cost/fusion.py, "depthwise").
 #   strided_copy_efficiency 0.5: Transpose 1024x1024 reaches 30 GB/s, [0,2,1,3] on 8x128x12x64 73 GB/s.

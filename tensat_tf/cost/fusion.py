@@ -27,7 +27,7 @@ they are on is TF's choice per machine (see "Without oneDNN" at the end for the 
          remapper's grouping, which depends on what the runtime knows of the shapes: a converted MLP-Mixer and ViT
          fused it, a Dense layer on a rank-2 input did not (/tmp SavedModels, grappler.runtime_graph: Grappler run
          as a served call runs it). Rules F19, F24 and F31 write the remapper's grouping, and the inner Mul's Site
-         asks the emitter to name it before y (Fused.precedes, egraph/runtime_names.py). Measured (one
+         asks the emitter to name it before y (Site.precedes, egraph/runtime_names.py). Measured (one
          thread, fastest of 7 blocks of 30 runs; /tmp script): [784,96] x [96,384] + bias + GELU 641 us against 619
          us for the matmul + bias alone, while unfused on ConvNeXt-Tiny ([3136,384]) each GELU ran Erfc 65 us, Neg
          19 us and three Muls. Keras' Dense on a rank-3/4 input puts a Reshape between the MatMul and its bias; rules
@@ -179,7 +179,9 @@ class Site:
     producers: frozenset[int]   # the nodes of `reads` it fuses with (the contractions; the fused bias / bn nodes)
     partners: frozenset[int] = frozenset()      # other nodes of the same epilogue that read `reads` too
     consumers: frozenset[int] = frozenset()     # the pattern's next nodes, without which it does not fuse (Fused)
-    precedes: Optional[tuple[int, str]] = None  # (class, tag): a name order the fusion needs too (Fused)
+    # (class, tag): the fusion also needs this node's name to sort before that class's node's (gelu: Grappler's
+    # arithmetic optimizer regroups a product by name first); the emitter names it so (egraph/runtime_names.py)
+    precedes: Optional[tuple[int, str]] = None
 
 
 def fusion_sites(exp: Exported, contractions=CONTRACTIONS, activations=FUSED_ACTIVATIONS,

@@ -35,17 +35,13 @@ class Fused:
     few rows: cost/analytic.py fusion_terms), what it costs more wherever the node chosen for `reads` is one of
     `producers`. It is charged then even when another reader keeps TF from fusing, which overprices that rare program
     but keeps the cost monotone: a program is never cheaper for computing more, so an extractor cannot make a fusion
-    fail by choosing a node that nothing needs (extract/reduce.py's dominance relies on it).
-    `precedes`: (class, tag) when the fusion also needs this node's name to sort before the name of the node that
-    computes that class (Grappler's arithmetic optimizer regroups a product by name first: an exact GELU's inner Mul,
-    cost/fusion.py); the emitter names it so where it runs fused (egraph/runtime_names.py), `tag` ending the name."""
+    fail by choosing a node that nothing needs (extract/reduce.py's dominance relies on it)."""
     reads: int
     extra: float
     producers: frozenset[int]
     partners: frozenset[int] = frozenset()
     consumers: frozenset[int] = frozenset()
     surcharge: float = 0.0
-    precedes: Optional[tuple[int, str]] = None
 
     def charged(self, choice: dict) -> bool:
         """Whether the program `choice` (class -> node) pays this node's surcharge: one of `producers` computes

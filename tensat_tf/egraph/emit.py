@@ -9,16 +9,17 @@ Walks the chosen DAG from the roots (post-order, memoised per class):
     other consumer;
   - a ReshapeS whose shape holds symbols reads a target built from Shape(graph input), shared by value between the
     reshapes that need the same one (tensat_tf/shape_values.py).
-A new node whose fusion also needs a name order (Fused.precedes: an exact GELU's inner Mul) and that runs fused in
-the choice is then renamed to sort first, so that TF's Grappler leaves the pattern for the remapper to fuse
-(egraph/runtime_names.py). The result keeps the input's function library and versions. Node order is the emission
+A new node whose fusion also needs a name order (cost/fusion.py Site.precedes: an exact GELU's inner Mul) and that
+runs fused in the choice is then renamed to sort first, so that TF's Grappler leaves the pattern for the remapper to
+fuse (egraph/runtime_names.py). The patterns are TF's, whatever device the cost model priced: the name costs nothing
+where TF does not fuse, and a model converted on one CPU may be served on another that does. The result keeps the input's function library and versions. Node order is the emission
 order, which depends only on the choice, so equal choices give equal bytes.
 """
 from __future__ import annotations
 
 import dataclasses
 from collections import Counter
-from typing import Mapping, Optional
+from typing import Optional
 
 import networkx as nx
 import numpy as np
@@ -26,7 +27,8 @@ import tensorflow as tf
 
 from tensat_tf import ops, shape_values, symbolic
 from tensat_tf.egraph import nodedef, runtime_names
-from tensat_tf.egraph.data import EGraphData, Fused
+from tensat_tf.cost import fusion
+from tensat_tf.egraph.data import EGraphData
 from tensat_tf.extract.dag import reachable_classes, unfused
 from tensat_tf.egraph.export import Exported
 from tensat_tf.egraph.ingest import Ingested, Original
@@ -337,21 +339,23 @@ class Emitter:
             self._add(node)
         return name
 
-
-    def precedences(self, fused: Mapping[int, Fused]) -> list[tuple[str, str, str]]:
-        """(node, the node it must sort before, tag) for every chosen node of `fused` with a name order
-        (Fused.precedes) that runs fused in the choice (extract/dag.py unfused), in reachable_classes order."""
-        if not any(f.precedes for f in fused.values()):
+    def precedences(self) -> list[tuple[str, str, str]]:
+        """(node, the node it must sort before, tag) for every chosen node of TF's fusion patterns with a name order
+        (cost/fusion.py Site.precedes) that runs fused in the choice (extract/dag.py unfused, on the patterns as
+        fusion_sites finds them on the e-graph, with oneDNN's), in reachable_classes order."""
+        sites = fusion.fusion_sites(self.exp)
+        if not any(s.precedes for s in sites.values()):
             return []
-        g = dataclasses.replace(self.g, fused=fused)
+        # a Site has the fields of a Fused term that unfused reads (reads, producers, partners, consumers)
+        g = dataclasses.replace(self.g, fused=sites)
         needed = reachable_classes(g, self.choice)
         alone = unfused(g, self.choice, needed)
         out = []
         for c in needed:
-            f = fused.get(self.choice[c])
-            if f is None or f.precedes is None or self.choice[c] in alone:
+            site = sites.get(self.choice[c])
+            if site is None or site.precedes is None or self.choice[c] in alone:
                 continue
-            before, tag = f.precedes
+            before, tag = site.precedes
             if c in self.tensor_of and before in self.tensor_of:
                 out.append((_node_name(self.tensor_of[c]), _node_name(self.tensor_of[before]), tag))
         return out
@@ -361,13 +365,10 @@ def _node_name(tensor: str) -> str:
     return tensor.split(":")[0].lstrip("^")
 
 
-def emit(ing: Ingested, exp: Exported, choice: dict[int, int],
-         fused: Mapping[int, Fused] = {}) -> tf.compat.v1.GraphDef:
-    """The GraphDef of `choice`; `fused`: the extraction's fused nodes (EGraphData.fused), whose name orders
-    (Fused.precedes) it keeps where they run fused."""
+def emit(ing: Ingested, exp: Exported, choice: dict[int, int]) -> tf.compat.v1.GraphDef:
     em = Emitter(ing, exp, choice)
     out = em.run()
-    runtime_names.precede(out, em.precedences(fused))
+    runtime_names.precede(out, em.precedences())
     return out
 
 

@@ -9,8 +9,8 @@ y = 'tensat/BiasAdd_0', 'tensat/BiasAdd_', 'tensat/Ba' and '.../Gelu/foo' fused,
 'tensat/C' and 'tensat/Mul_0' (the emitter's own name) did not; renaming the product itself changed nothing, and with
 the inner name first either outer operand order fused (a reviewer's check).
 
-The cost model says which nodes need such an order (Fused.precedes, set where it prices the pattern fused) and the
-emitter passes those that run fused in the extracted program (egraph/emit.py Emitter.precedences). The emitter names
+The fusion patterns say which nodes need such an order (cost/fusion.py Site.precedes) and the emitter passes those
+that run fused in the extracted program (egraph/emit.py Emitter.precedences). The emitter names
 every new node `tensat/<Op>_<k>`, and 'Mul' sorts after 'BiasAdd'; so such a node is renamed into the other node's
 scope with a '.' first, which sorts before a name there that starts with a letter, a digit or '_'
 ('scope/.BiasAdd_0_gelu' < 'scope/BiasAdd_0'). Only the emitter's new nodes are renamed: the input's names, which
@@ -29,7 +29,8 @@ def _node(name: str) -> str:
 
 def precede(graph_def, orders: Iterable[tuple[str, str, str]]) -> int:
     """Rename, in place, each new node `a` of (a, b, tag) in `orders` whose name does not sort before b's to
-    `<b's scope>/.<b's base>_<tag>`; -> how many were renamed."""
+    `<b's scope>/.<b's base>_<tag>` (with `_1`, `_2`, ... after it where that name is taken); -> how many were
+    renamed."""
     names = {n.name for n in graph_def.node}
     renames: dict[str, str] = {}
     for a, b, tag in orders:
