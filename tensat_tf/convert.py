@@ -242,6 +242,8 @@ def convert(src: str, output_dir: str, options: Options = Options()) -> dict:
         out, results = pipeline.run(sig.graph_def, sig.item, passes)
         for r in results:
             watch.add(r.name, r.seconds)
+            if options.strict and not r.ok:
+                raise errors.InternalError(f"signature '{name}': pass {r.name} failed (--strict): {r.error[:300]}")
         interrupt.check()
         run.graphs[name] = out
         stats = tensat_pass.stats

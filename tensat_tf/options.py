@@ -179,6 +179,9 @@ class Options:
     rtol: Optional[float] = None
     tags: Sequence[str] = ("serve",)
     allow_ops: Sequence[str] = ()       # ops with effects outside the graph to accept anyway (tensat_tf/io/scan.py)
+    # a pass that fails (raises, or writes a graph the pipeline's invariant check refuses) stops the conversion with
+    # errors.InternalError instead of keeping its input graph: for CI jobs that must notice the optimizer failing
+    strict: bool = False
     engine: EngineOptions = EngineOptions()
     profile: bool = False               # time original vs optimized; publish the original graph when not faster
     profile_batch_sizes: Optional[Sequence[int]] = None     # None: 1 and verify_batch_sizes

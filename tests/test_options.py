@@ -81,10 +81,10 @@ def test_flags_become_one_checked_options():
         FLAGS(["prog", "--rules=merge,tf-fold", "--noprofile", "--verify_batch_sizes=2,5", "--iterations=4",
                "--profile_threads=default", "--warmup", "--signatures=serving_default", "--unknown_dim=128",
                "--min_variable_elements=4096", "--ilp_work=900", "--probe_work=30", "--rel_gap=0.01",
-               "--min_gain=0.02"])
+               "--min_gain=0.02", "--strict"])
         o = convert_cmd.options_from_flags()
         assert o == Options(signatures=("serving_default",), verify_batch_sizes=(2, 5), profile=False,
-                            profile_threads=(0,), warmup=True,
+                            profile_threads=(0,), warmup=True, strict=True,
                             engine=EngineOptions(enable_rules=("merge", "tf-fold"), unknown_dim=128,
                                                  min_variable_elements=4096, ilp_work=900, probe_work=30,
                                                  rel_gap=0.01, min_gain=0.02,

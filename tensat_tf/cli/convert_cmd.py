@@ -49,6 +49,9 @@ flags.DEFINE_float("profile_margin", 0.02, "Smallest speedup that counts: 'faste
 flags.DEFINE_list("allow_ops", [], "Accept these ops although they have effects outside the graph (files, network, "
                                    "Python, debug output; see tensat_tf/io/scan.py). Without it such a model is "
                                    "refused (exit 17) before anything of it runs.")
+flags.DEFINE_bool("strict", False, "A pass that fails stops the conversion (exit 30, nothing written) instead of "
+                                  "keeping its input graph, which is still verified and published (the report and "
+                                  "the table say FAILED): for CI jobs that must notice.")
 
 
 def _num(x) -> str:
@@ -168,7 +171,8 @@ def options_from_flags(serving_mode: bool = False) -> Options:
         canonicalize=FLAGS.canonicalize, fold_shapes=FLAGS.fold_shapes, grouped_conv=FLAGS.grouped_conv,
         verify_batch_sizes=verify_batch_sizes,
         seed=FLAGS.seed, rtol=FLAGS.rtol, tags=tuple(FLAGS.tags),
-        allow_ops=tuple(FLAGS.allow_ops), engine=engine_flags.engine_from_flags(), profile=FLAGS.profile,
+        allow_ops=tuple(FLAGS.allow_ops), strict=FLAGS.strict, engine=engine_flags.engine_from_flags(),
+        profile=FLAGS.profile,
         profile_batch_sizes=profile_batch_sizes, profile_threads=profile_threads,
         profile_seconds=FLAGS.profile_seconds, profile_margin=FLAGS.profile_margin,
         **deploy_flags.options(serving_mode)).check()
