@@ -12,8 +12,9 @@ Walks the chosen DAG from the roots (post-order, memoised per class):
 A new node whose fusion also needs a name order (cost/fusion.py Site.precedes: an exact GELU's inner Mul) and that
 runs fused in the choice is then renamed to sort first, so that TF's Grappler leaves the pattern for the remapper to
 fuse (egraph/runtime_names.py). The patterns are TF's, whatever device the cost model priced: the name costs nothing
-where TF does not fuse, and a model converted on one CPU may be served on another that does. The result keeps the input's function library and versions. Node order is the emission
-order, which depends only on the choice, so equal choices give equal bytes.
+where TF does not fuse, and a model converted on one CPU may be served on another that does. The result keeps the
+input's function library and versions. Node order is the emission order, which depends only on the choice, so equal
+choices give equal bytes.
 """
 from __future__ import annotations
 
@@ -32,6 +33,7 @@ from tensat_tf.egraph.data import EGraphData
 from tensat_tf.extract.dag import reachable_classes, unfused
 from tensat_tf.egraph.export import Exported
 from tensat_tf.egraph.ingest import Ingested, Original
+from tensat_tf.item import node_name
 
 NEW_PREFIX = runtime_names.NEW_PREFIX
 
@@ -357,12 +359,8 @@ class Emitter:
                 continue
             before, tag = site.precedes
             if c in self.tensor_of and before in self.tensor_of:
-                out.append((_node_name(self.tensor_of[c]), _node_name(self.tensor_of[before]), tag))
+                out.append((node_name(self.tensor_of[c]), node_name(self.tensor_of[before]), tag))
         return out
-
-
-def _node_name(tensor: str) -> str:
-    return tensor.split(":")[0].lstrip("^")
 
 
 def emit(ing: Ingested, exp: Exported, choice: dict[int, int]) -> tf.compat.v1.GraphDef:

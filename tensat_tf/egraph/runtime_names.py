@@ -20,11 +20,9 @@ from __future__ import annotations
 
 from typing import Iterable
 
+from tensat_tf.item import node_name
+
 NEW_PREFIX = "tensat/"
-
-
-def _node(name: str) -> str:
-    return name.split(":")[0].lstrip("^")
 
 
 def precede(graph_def, orders: Iterable[tuple[str, str, str]]) -> int:
@@ -49,7 +47,7 @@ def precede(graph_def, orders: Iterable[tuple[str, str, str]]) -> int:
     for n in graph_def.node:
         n.name = renames.get(n.name, n.name)
         for k, i in enumerate(n.input):
-            base = _node(i)
+            base = node_name(i)
             if base in renames:
                 n.input[k] = i.replace(base, renames[base], 1)
     return len(renames)
