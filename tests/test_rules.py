@@ -27,18 +27,23 @@ def test_names_unique_and_families_known():
 
 
 def test_optional_families_run_only_when_named():
-    """The general add reassociations (rules/tensat_assoc.rules) are shipped, checked above, and off by default."""
+    """The general add reassociations (rules/tensat_assoc.rules) and the convolution distributed over an add of its
+    inputs (rules/tensat_distrib.rules) are shipped, checked above, and off by default."""
     default = rules.select().names
     assert "S024" not in default and "S028" not in default and "S023" in default
-    named = rules.select(enable=list(rules.DEFAULT_FAMILIES) + ["tensat-assoc"]).names
-    assert {"S024", "S028"} <= set(named) and set(default) < set(named)
+    assert "S060" not in default and "S062" not in default and {"S059", "S061", "S091"} <= set(default)
+    for family, names in (("tensat-assoc", {"S024", "S028"}), ("tensat-distrib", {"S060", "S062"})):
+        named = rules.select(enable=list(rules.DEFAULT_FAMILIES) + [family]).names
+        assert names <= set(named) and set(default) < set(named) and len(named) == len(default) + 2
     assert rules.select(enable=["S024"]).names == ["S024"]
+    assert rules.select(enable=["S060"]).names == ["S060"]
     # `tensat_tf rules` says they exist
     import subprocess
     import sys
     out = subprocess.run([sys.executable, "-m", "tensat_tf.cli.main", "rules"], capture_output=True, text=True,
                          timeout=300).stdout
     assert "not run unless named: family tensat-assoc (S024, S028" in out and "\nS024 " not in out
+    assert "not run unless named: family tensat-distrib (S060, S062" in out and "\nS060 " not in out
     # and which rules are eager (rules/syntax.py `:schedule eager`)
     assert next(ln for ln in out.splitlines() if ln.startswith("Q01-")).split()[2:4] == ["single", "eager"]
     assert next(ln for ln in out.splitlines() if ln.startswith("F02-")).split()[2] == "single"
