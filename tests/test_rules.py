@@ -46,6 +46,7 @@ def test_optional_families_run_only_when_named():
     assert "not run unless named: family tensat-distrib (S060, S062" in out and "\nS060 " not in out
     # and which rules are eager (rules/syntax.py `:schedule eager`)
     assert next(ln for ln in out.splitlines() if ln.startswith("Q01-")).split()[2:4] == ["single", "eager"]
+    assert next(ln for ln in out.splitlines() if ln.startswith("C14-")).split()[2:4] == ["single", "eager"]
     assert next(ln for ln in out.splitlines() if ln.startswith("F02-")).split()[2] == "single"
 
 
