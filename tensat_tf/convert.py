@@ -243,7 +243,9 @@ def convert(src: str, output_dir: str, options: Options = Options()) -> dict:
         for r in results:
             watch.add(r.name, r.seconds)
             if options.strict and not r.ok:
-                raise errors.InternalError(f"signature '{name}': pass {r.name} failed (--strict): {r.error[:300]}")
+                # the pass's reason may run to many lines (an egglog panic, a TF error); the CLI prints one
+                raise errors.InternalError(f"signature '{name}': pass {r.name} failed (--strict): "
+                                           f"{r.error.strip().splitlines()[0][:300]}")
         interrupt.check()
         run.graphs[name] = out
         stats = tensat_pass.stats

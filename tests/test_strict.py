@@ -42,3 +42,13 @@ def test_strict_stops_and_writes_nothing(model, tmp_path, failing_pass):
 def test_strict_converts_when_every_pass_succeeds(model, tmp_path):
     report = convert(model, str(tmp_path / "out"), Options(profile=False, strict=True))
     assert all(p["ok"] for p in report["signatures"]["serving_default"]["passes"])
+
+
+def test_strict_says_the_pass_error_in_one_line(model, tmp_path, monkeypatch):
+    """The CLI prints an error as one line: a pass's reason that runs to many (an egglog panic) is cut to its first."""
+    def boom(self, graph_def, item):
+        raise RuntimeError("first line\nsecond line")
+    monkeypatch.setattr(TensatPass, "optimize", boom)
+    with pytest.raises(errors.InternalError) as e:
+        convert(model, str(tmp_path / "out"), Options(profile=False, strict=True))
+    assert str(e.value).endswith("RuntimeError: first line") and "\n" not in str(e.value)
