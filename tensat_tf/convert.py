@@ -21,7 +21,7 @@ from tensat_tf import verify as verify_mod
 from tensat_tf.io import load as load_mod
 from tensat_tf.io import save as save_mod
 from tensat_tf.options import Options
-from tensat_tf.passes import canonicalize, grouped_conv, pipeline, shapes
+from tensat_tf.passes import canonicalize, grouped_conv, pipeline, remapper_guard, shapes
 from tensat_tf.passes.tensat import TensatPass
 from tensat_tf.stopwatch import Stopwatch
 
@@ -238,7 +238,8 @@ def convert(src: str, output_dir: str, options: Options = Options()) -> dict:
         stage(f"optimizing signature {name} ({i + 1}/{len(model.signatures)}): canonicalize, saturate, extract")
         tensat_pass = TensatPass(options.engine, progress=lambda text, name=name: stage(f"signature {name}: {text}"))
         passes = (([canonicalize] if options.canonicalize else []) + ([grouped_conv] if options.grouped_conv else [])
-                  + ([shapes] if options.fold_shapes else []) + [tensat_pass])
+                  + ([shapes] if options.fold_shapes else []) + [tensat_pass]
+                  + ([remapper_guard] if options.remapper_guard else []))
         out, results = pipeline.run(sig.graph_def, sig.item, passes)
         for r in results:
             watch.add(r.name, r.seconds)

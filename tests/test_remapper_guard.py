@@ -1,0 +1,103 @@
+"""passes/remapper_guard.py: a conv's bias, a residual Add read by a ReLU and by another node. TF's remapper fails on
+that at run time (and then runs the whole function without its fusions); the guard writes the ReLU as an equal
+Maximum, which it leaves alone."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from conftest import run_graph
+
+from tensat_tf.item import GrapplerItem
+from tensat_tf.passes import remapper_guard
+
+
+def _graph(activation="Relu", second_reader=True, bias_readers=1):
+    """x -> Conv2D a; x -> Conv2D b -> BiasAdd; Add(a, b) -> activation (-> y); Add -> AvgPool (-> z)."""
+    g = tf.Graph()
+    rng = np.random.RandomState(0)
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 4, 4, 8], name="x")
+        a = tf.nn.conv2d(x, tf.constant(rng.randn(1, 1, 8, 8).astype("f")), 1, "SAME", name="conv_a")
+        b = tf.nn.bias_add(tf.nn.conv2d(x, tf.constant(rng.randn(1, 1, 8, 8).astype("f")), 1, "SAME", name="conv_b"),
+                           tf.constant(rng.randn(8).astype("f")), name="bias")
+        s = tf.add(a, b, name="add")
+        act = {"Relu": tf.nn.relu, "Relu6": tf.nn.relu6,
+               "LeakyRelu": lambda t, name: tf.nn.leaky_relu(t, 0.3, name=name)}[activation]
+        y = tf.identity(act(s, name="act"), name="y")
+        fetches = [y.name]
+        if second_reader:
+            fetches.append(tf.identity(tf.nn.avg_pool2d(s, 1, 1, "SAME", name="pool"), name="z").name)
+        if bias_readers > 1:
+            fetches.append(tf.identity(b * 2.0, name="w").name)
+    return g.as_graph_def(), GrapplerItem(feeds=("x:0",), fetches=tuple(fetches))
+
+
+@pytest.mark.parametrize("activation,form", [("Relu", ["Maximum"]), ("Relu6", ["ClipByValue"]),
+                                             ("LeakyRelu", ["Mul", "Maximum"])])
+def test_the_hazard_is_written_as_an_equal_form(activation, form):
+    gd, item = _graph(activation)
+    assert remapper_guard.hazards(gd, item) == ["act"]
+    out = remapper_guard.optimize(gd, item)
+    ops = {n.name: n.op for n in out.node}
+    assert ops["act"] == form[-1] and activation not in ops.values()
+    assert [n.op for n in out.node if n.name.startswith("act/") and n.op != "Const"] == form[:-1]
+    feeds = [np.random.RandomState(1).randn(2, 4, 4, 8).astype("f")]
+    for want, got in zip(run_graph(gd, item, feeds), run_graph(out, item, feeds)):
+        np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-6)
+
+
+def test_no_hazard_leaves_the_graph_alone():
+    for gd, item in (_graph(second_reader=False), _graph(bias_readers=2)):
+        # the Add read by the ReLU alone fuses whole; a bias read twice does not fuse at all
+        assert remapper_guard.hazards(gd, item) == []
+        assert remapper_guard.optimize(gd, item) is gd
+
+
+SERVE = textwrap.dedent("""
+    import sys, numpy as np, tensorflow as tf
+    f = tf.saved_model.load(sys.argv[1]).signatures["serving_default"]
+    spec = f.structured_input_signature[1]
+    f(**{k: tf.constant(np.ones([1] + s.shape.as_list()[1:], s.dtype.as_numpy_dtype)) for k, s in spec.items()})
+""")
+
+
+def _remapper_failed(path) -> bool:
+    """Serve `path` once in a fresh process with TF's error log on: did the remapper fail?"""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="0")
+    r = subprocess.run([sys.executable, "-c", SERVE, path], env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return "remapper failed" in r.stderr
+
+
+def test_served_output_keeps_the_remapper(tmp_path):
+    """The original model makes TF's remapper fail when served (so a TF release that fixes it fails this test, and
+    the guard can go); the converted one, through the guard alone (no rules), does not."""
+    from tensat_tf.convert import convert
+    from tensat_tf.options import EngineOptions, Options
+
+    class M(tf.Module):
+        def __init__(self):
+            rng = np.random.RandomState(0)
+            self.wa, self.wb = (tf.Variable(rng.randn(1, 1, 8, 8).astype("f")) for _ in range(2))
+            self.b = tf.Variable(rng.randn(8).astype("f"))
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 4, 4, 8], tf.float32)])
+        def serve(self, x):
+            s = tf.nn.conv2d(x, self.wa, 1, "SAME") + tf.nn.bias_add(tf.nn.conv2d(x, self.wb, 1, "SAME"), self.b)
+            return {"y": tf.nn.relu(s) + tf.nn.avg_pool2d(s, 1, 1, "SAME")}
+
+    m = M()
+    tf.saved_model.save(m, str(tmp_path / "src"), signatures={"serving_default": m.serve})
+    assert _remapper_failed(str(tmp_path / "src"))
+    rep = convert(str(tmp_path / "src"), str(tmp_path / "out"),
+                  Options(profile=False, warmup=False, engine=EngineOptions(enable_rules=[])))
+    assert [p["name"] for p in rep["signatures"]["serving_default"]["passes"]][-1] == "remapper_guard"
+    assert not _remapper_failed(str(tmp_path / "out"))
+    off = convert(str(tmp_path / "src"), str(tmp_path / "off"),
+                  Options(profile=False, warmup=False, remapper_guard=False, engine=EngineOptions(enable_rules=[])))
+    assert off["verification"]["passed"] and _remapper_failed(str(tmp_path / "off"))
