@@ -217,6 +217,33 @@ def _same_rank_broadcast_rules(p: str) -> tuple[str, ...]:
     return tuple(rules)
 
 
+def _outer_rules(term: str) -> tuple[str, ...]:
+    """[d0, 1, p, c] against [o, p, c]: [d0, o, p, c], the taps product of rules/tf_fold.rules F32 (each output pixel
+    o of a tiny depthwise conv against every input pixel p); p and c sizes."""
+    return (_rule(f"(= t ({term} a b)) (= sa (shape a)) (= sb (shape b))",
+                  "(= (vec-length sa) 4) (= (vec-length sb) 3) (= (vec-get sa 1) 1)",
+                  "(= (vec-get sa 2) (vec-get sb 1)) (= (vec-get sa 3) (vec-get sb 2))",
+                  "(>= (vec-get sb 0) 0) (>= (vec-get sb 1) 0) (>= (vec-get sb 2) 0)",
+                  shape="(vec-of (vec-get sa 0) (vec-get sb 0) (vec-get sa 2) (vec-get sa 3))"),)
+
+
+def _slice_rules() -> tuple[str, ...]:
+    """Slice with every size given (no -1: rules write them so): the output's shape is the sizes."""
+    return (_rule("(= t (Slice b z x)) (= sx (shape x)) (= (vec-length sx) (vec-length z)) (vec-not-contains z -1)",
+                  shape="z"),)
+
+
+def _sum_rules() -> tuple[str, ...]:
+    """Sum over one axis (given in [0, rank)): that dim removed, or set to 1 with keep_dims."""
+    rules = []
+    for r in range(1, 7):
+        for a in range(r):
+            head = f"(= t (Sum k (vec-of {a}) x)) (= sx (shape x)) (= (vec-length sx) {r})"
+            rules.append(_rule(head, "(= k 0)", shape=f"(vec-remove sx {a})"))
+            rules.append(_rule(head, "(= k 1)", shape=f"(vec-set sx {a} 1)"))
+    return tuple(rules)
+
+
 def _transpose_rules() -> tuple[str, ...]:
     rules = []
     for rank in range(2, 6):
@@ -406,7 +433,7 @@ _SPECS = [
         "(= t (BiasAdd a b)) (= sa (shape a)) (= sb (shape b))",
         "(= (vec-length sb) 1) (= (vec-get sb 0) (vec-get sa (- (vec-length sa) 1)))", shape="sa"),)),
     OpSpec("AddV2", "AddV2", n_tensor_inputs=2, shape_rules=_elementwise_rules("AddV2")),
-    OpSpec("Mul", "Mul", n_tensor_inputs=2, shape_rules=_elementwise_rules("Mul")),
+    OpSpec("Mul", "Mul", n_tensor_inputs=2, shape_rules=_elementwise_rules("Mul") + _outer_rules("Mul")),
     OpSpec("Sub", "Sub", n_tensor_inputs=2, shape_rules=_elementwise_rules("Sub")),
     OpSpec("Relu", "Relu", shape_rules=_same_shape("Relu", 1)),
     # "Relu6" would be "Relu" plus digits: egglog 13.2 mints fresh names as <name><counter> and they can collide.
@@ -518,6 +545,15 @@ BINARY_ALIASES: dict[str, str] = {"AddN": "AddV2"}
 
 TABLE: dict[str, OpSpec] = {s.tf_op: s for s in _SPECS}
 TENSOR_FORMS: dict[str, OpSpec] = {s.tf_op: s for s in _TENSOR_FORMS}
-BY_TERM: dict[str, OpSpec] = {s.term: s for s in _SPECS + _TENSOR_FORMS + _SYMBOLIC_FORMS}
+# Ops that only rules write (ingest keeps these TF ops opaque, so no existing graph changes form): the tiny depthwise
+# conv's taps (rules/tf_fold.rules F32, F33) slice the padded filter, which the emitter folds, and sum the products.
+_RULE_FORMS = [
+    OpSpec("Slice", "Slice", const_inputs=(ConstInput(1, "begin", "ints"), ConstInput(2, "size", "ints")),
+           index_type_attrs=("Index",), shape_rules=_slice_rules()),
+    OpSpec("Sum", "Sum", (Attr("keep_dims", "bool", False),), const_inputs=(ConstInput(1, "axis", "ints"),),
+           index_type_attrs=("Tidx",), shape_rules=_sum_rules()),
+]
+
+BY_TERM: dict[str, OpSpec] = {s.term: s for s in _SPECS + _TENSOR_FORMS + _SYMBOLIC_FORMS + _RULE_FORMS}
 # The constructors that are not TF ops (leaves, opaque nodes, projections, lists) and the check that no two
 # constructor names collide in egglog are in tensat_tf/terms.py, the declaration of the whole term language.

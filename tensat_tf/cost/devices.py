@@ -131,7 +131,7 @@ class Device:
 #     beyond the layer's Relu form (cost/fusion.py, "mklswish"), of which the Mul's pass is ~0.13.
 #   fused_activations: MatMul + BiasAdd + TF's exact GELU is one _MklNativeFusedMatMul, the GELU 22 us over the
 #     matmul + bias at [784,96]x[96,384]; Conv2D + BiasAdd + swish likewise. Numbers in fusion.py.
-#   variable_weight_ns_per_element 0.13, variable_depthwise_us 8: the ops above were timed with Const filters, which
+#   variable_weight_ns_per_element 0.13, variable_depthwise_us 2.5: the ops above were timed with Const filters, which
 #     oneDNN's kernels reorder into their blocked layout once and keep; a served SavedModel's filters are variables
 #     (options.py MIN_VARIABLE_ELEMENTS), reordered on every call unless TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1 (tensorflow's
 #     mkl_util.h AreWeightsFrozen; profile CPU_FROZEN). Fitted to whole real exports, our output served with and without
@@ -141,9 +141,12 @@ class Device:
 #     0.07-0.22), MobileNet 0.66-0.75 (4.2 M, 11 depthwise convs); MobileNetV3-Small 0.17 and EfficientNet-B0 0-0.46,
 #     within their run-to-run noise (separate processes, +-0.5 ms on such models). So 0.13 ns per element, one rate for
 #     every contraction (the measurements do not separate convs from matmuls, and one rate keeps rewrites between them,
-#     F29's conv as a batch matmul, E07's Einsum as one, neutral), and 8 us more per depthwise conv (a chain of six 3x3
-#     depthwise convs, one thread: 9-16 us each, mostly fixed). Merging two contractions keeps their elements, so for
-#     most rewrites this is the same cost on both sides: it lowers a CNN's predicted gain toward what is measured.
+#     F29's conv as a batch matmul, E07's Einsum as one, neutral), and 2.5 us more per depthwise conv: a chain of 8
+#     depthwise convs with variable filters, one thread (/tmp script, 2026-12-06; BENCHMARKS.md "Tiny depthwise
+#     convs as filter taps"), 11.1 us each at [1,2,2,176] 3x3, 11.8 at 5x5, 14.7 at [1,2,2,960] 5x5, 12.6 at
+#     [1,4,4,176], 13.4 at [1,16,16,64], 26.8 at [1,28,28,128] 3x3, where 8.3 + 8 priced them 5-6 us dearer each (the
+#     8 us was the residual of the whole-model fit above). Merging two contractions keeps their elements, so for most
+#     rewrites this is the same cost on both sides: it lowers a CNN's predicted gain toward what is measured.
 # Large ops land within ~30 % of their measurement; sub-microsecond ops are as noisy as that between runs. The
 # measurements ran while other jobs shared the VM (fastest rounds kept); BENCHMARKS.md has whole-model sums.
 # `tensat_tf calibrate MODEL` prints the measured and the analytic sum of a model's op costs side by side.
@@ -151,13 +154,14 @@ CPU = Device(
     "cpu", peak_gflops=110.0, bandwidth_gbs=90.0, op_overhead_us=0.3,
     overhead_us_by_term=(("Reshape", 0.1), ("MatMul", 0.5), ("BatchMatMulV2", 2.8), ("AvgPool", 2.8),
                          ("Transpose", 3.7), ("MaxPool", 4.7), ("Conv2D", 5.5), ("DepthwiseConv2dNative", 8.3),
-                         ("FusedBatchNormV3", 4.5), ("Einsum", 3.2), ("SpaceToBatchND", 4.5), ("BatchToSpaceND", 2.0)),
+                         ("FusedBatchNormV3", 4.5), ("Einsum", 3.2), ("SpaceToBatchND", 4.5), ("BatchToSpaceND", 2.0),
+                         ("Sum", 1.0)),
     flops_per_element_by_term=(("Tanh", 35.0), ("Sigmoid", 64.0), ("Erfc", 150.0)),
     strided_copy_efficiency=0.5, broadcast_efficiency=0.3, fused_contractions=("Conv2D", "DepthwiseConv2dNative"),
     fused_activations=FUSED_ACTIVATIONS, call_overhead_us=160.0, fused_matmul_us=9.0, fused_depthwise_us=4.0,
     fused_flops_per_element_by_term=(("Erfc", 33.0), ("Swish", 40.0)), onednn=True,
     variable_weight_ns_per_element=0.13,
-    variable_depthwise_us=8.0)
+    variable_depthwise_us=2.5)
 # CPU_FROZEN: the same runtime serving with TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1 (README, "Serving on a CPU with
 # oneDNN"): every filter's reordered copy is kept, as a Const's is.
 CPU_FROZEN = dataclasses.replace(CPU, name="cpu-frozen", variable_weight_ns_per_element=0.0, variable_depthwise_us=0.0)
