@@ -13,13 +13,17 @@ a bias, their sum, a ReLU of it and a pool of it): the served SavedModel logs th
 runs its conv + bias as _MklNativeConv2DWithBias (the layout pass's fallback) next to a separate AddV2 and Relu.
 
 Offline Grappler (tensat_tf/grappler.py runtime_error, the tensat pass's check) does not reproduce it: on the same
-graph it fuses conv + bias + add + ReLU and keeps the Add. So the guard is structural: where an activation the
-pattern takes (Relu, Relu6, LeakyRelu) reads a two-input Add whose other reader makes the fusion unsafe, and one of
-the Add's inputs is a bias (BiasAdd, or AddV2 by a vector) with no other reader on a convolution or matmul, the
-activation is written as Maximum(x, 0), ClipByValue(x, 0, 6) or Maximum(x, alpha * x), under its own name. Those are
-not activations to the remapper, which then fuses conv + bias + add (ContractionWithBiasAddAndAdd: the Add's value is
-the fused kernel's output, read by both) and leaves the activation a separate op, as it must be: its input has two
-readers. It costs nothing the remapper would otherwise have fused (measured on NASNet-Mobile: BENCHMARKS.md).
+graph it fuses the conv and its bias only, with the batch dim unknown or set to 1. So the guard is structural: where
+an activation the pattern takes (Relu, Relu6, Elu, LeakyRelu) reads a two-input Add whose other reader makes the
+fusion unsafe, and one of the Add's inputs is a bias (BiasAdd, or AddV2 by a tensor) with no other reader on a
+convolution or matmul, the activation is written in an equal form under its own name: Relu as Maximum(x, 0), Relu6 as
+ClipByValue(x, 0, 6), Elu as SelectV2(x > 0, x, Expm1(x)) and LeakyRelu as SelectV2(x > 0, x, alpha x), the values
+TF's kernels compute. Not Maximum(x, alpha x) for LeakyRelu: the remapper turns that back into a LeakyRelu
+(FindMulAndMaximum) and fails again (a review's served check). The remapper then fuses conv + bias + add
+(ContractionWithBiasAddAndAdd, whose output both readers take) and leaves the activation a separate op, as it must
+be: its input has two readers. On NASNet-Mobile this costs nothing measurable and saves nothing measurable either
+(BENCHMARKS.md, "A remapper failure in NASNet-Mobile's output"); where the lost fusions are swishes or GELUs it is the
+difference between a fused and an unfused model.
 """
 from __future__ import annotations
 
@@ -34,27 +38,34 @@ name = "remapper_guard"
 
 ADDS = frozenset({"Add", "AddV2", "AddN"})
 CONTRACTIONS = frozenset({"Conv2D", "Conv3D", "DepthwiseConv2dNative", "MatMul"})
-# the activations FindContractionWithBiasAndAddActivation takes with oneDNN (it refuses Tanh and Sigmoid); Elu has
-# no equal form here and is left alone
-ACTIVATIONS = frozenset({"Relu", "Relu6", "LeakyRelu"})
+# the activations FindContractionWithBiasAndAddActivation takes with oneDNN (it refuses Tanh and Sigmoid)
+ACTIVATIONS = frozenset({"Relu", "Relu6", "Elu", "LeakyRelu"})
 FLOATS = frozenset({tf.float32.as_datatype_enum, tf.bfloat16.as_datatype_enum})
+LEAKY_RELU_ALPHA = 0.2          # LeakyRelu's registered default, when the NodeDef leaves the attribute out
 
 
-def _readers(graph_def, item: GrapplerItem) -> collections.Counter:
-    """node name -> how many times its output 0 is read (data inputs and fetches; control inputs are not reads)."""
-    count = collections.Counter()
+def _readers(graph_def, item: GrapplerItem) -> dict:
+    """node name -> how many nodes read its output 0 (data inputs and fetches; control inputs are not reads), an
+    Identity's readers counted in its place (Grappler removes the Identity before the remapper runs)."""
+    direct = collections.defaultdict(list)
     for n in graph_def.node:
         for ref in n.input:
             if not ref.startswith("^") and ref.split(":")[1:] in ([], ["0"]):
-                count[node_name(ref)] += 1
-    for t in item.fetches:
-        if t.split(":")[1:] in ([], ["0"]):
-            count[node_name(t)] += 1
-    return count
+                direct[node_name(ref)].append(n)
+    fetched = collections.Counter(node_name(t) for t in item.fetches if t.split(":")[1:] in ([], ["0"]))
+    memo: dict = {}
+
+    def count(name: str) -> int:
+        if name not in memo:
+            memo[name] = 0          # a cycle through Identity nodes cannot occur in a GraphDef that imports
+            memo[name] = fetched[name] + sum(count(r.name) if r.op == "Identity" else 1 for r in direct[name])
+        return memo[name]
+
+    return {n.name: count(n.name) for n in graph_def.node}
 
 
-def _is_bias_on_contraction(nodes: dict, node, readers: collections.Counter) -> bool:
-    if node is None or readers[node.name] != 1 or len([i for i in node.input if not i.startswith("^")]) != 2:
+def _is_bias_on_contraction(nodes: dict, node, readers: dict) -> bool:
+    if node is None or readers.get(node.name) != 1 or len([i for i in node.input if not i.startswith("^")]) != 2:
         return False
     if node.op == "BiasAdd":
         producer = source(nodes, node.input[0])
@@ -70,10 +81,11 @@ def hazards(graph_def, item: GrapplerItem) -> list[str]:
     readers = _readers(graph_def, item)
     out = []
     for n in graph_def.node:
-        if n.op not in ACTIVATIONS or n.attr["T"].type not in FLOATS or any(i.startswith("^") for i in n.input):
+        if n.op not in ACTIVATIONS or "T" not in n.attr or n.attr["T"].type not in FLOATS \
+                or any(i.startswith("^") for i in n.input):
             continue
         add = source(nodes, n.input[0])
-        if add is None or add.op not in ADDS or readers[add.name] < 2:
+        if add is None or add.op not in ADDS or readers.get(add.name, 0) < 2:
             continue
         data = [i for i in add.input if not i.startswith("^")]
         if len(data) != 2 or len(data) != len(add.input):
@@ -84,14 +96,17 @@ def hazards(graph_def, item: GrapplerItem) -> list[str]:
 
 
 def _rewrite(act, taken: set) -> list:
-    """The NodeDefs that compute `act` without an activation op, the last one under act's name."""
+    """The NodeDefs that compute `act` without an activation op the remapper knows, the last under act's name."""
     dtype = tf.as_dtype(act.attr["T"].type)
     x = act.input[0]
 
-    def const(suffix: str, value: float):
+    def fresh(suffix: str) -> str:
         nm = unique(f"{act.name}/tensat_{suffix}", taken)
         taken.add(nm)
-        node = const_node(nm, [value], dtype, scalar=True)
+        return nm
+
+    def const(suffix: str, value: float):
+        node = const_node(fresh(suffix), [value], dtype, scalar=True)
         node.device = act.device
         return node
 
@@ -100,26 +115,23 @@ def _rewrite(act, taken: set) -> list:
         node.attr["T"].type = dtype.as_datatype_enum
         return node
 
+    zero = const("zero", 0.0)
     if act.op == "Relu":
-        zero = const("zero", 0.0)
         return [zero, op(act.name, "Maximum", [x, zero.name])]
     if act.op == "Relu6":
-        zero, six = const("zero", 0.0), const("six", 6.0)
+        six = const("six", 6.0)
         return [zero, six, op(act.name, "ClipByValue", [x, zero.name, six.name])]
-    alpha = act.attr["alpha"].f if "alpha" in act.attr else 0.2        # LeakyRelu's registered default
-    a = const("alpha", alpha)
-    scaled = unique(f"{act.name}/tensat_scaled", taken)
-    taken.add(scaled)
-    # max(x, alpha x) is leaky ReLU for 0 <= alpha <= 1 only; outside that range the node is kept (_guardable)
-    return [a, op(scaled, "Mul", [x, a.name]), op(act.name, "Maximum", [x, scaled])]
-
-
-def _guardable(act) -> bool:
-    return act.op != "LeakyRelu" or 0.0 <= (act.attr["alpha"].f if "alpha" in act.attr else 0.2) <= 1.0
+    positive = op(fresh("positive"), "Greater", [x, zero.name])
+    if act.op == "Elu":
+        negative = op(fresh("expm1"), "Expm1", [x])
+        return [zero, positive, negative, op(act.name, "SelectV2", [positive.name, x, negative.name])]
+    alpha = const("alpha", act.attr["alpha"].f if "alpha" in act.attr else LEAKY_RELU_ALPHA)
+    negative = op(fresh("scaled"), "Mul", [x, alpha.name])
+    return [zero, alpha, positive, negative, op(act.name, "SelectV2", [positive.name, x, negative.name])]
 
 
 def optimize(graph_def, item: GrapplerItem):
-    found = {nm for nm in hazards(graph_def, item)}
+    found = set(hazards(graph_def, item))
     if not found:
         return graph_def
     out = tf.compat.v1.GraphDef()
@@ -127,7 +139,7 @@ def optimize(graph_def, item: GrapplerItem):
     out.library.CopyFrom(graph_def.library)
     taken = {n.name for n in graph_def.node}
     for n in graph_def.node:
-        if n.name in found and _guardable(n):
+        if n.name in found:
             out.node.extend(_rewrite(n, taken))
         else:
             out.node.add().CopyFrom(n)

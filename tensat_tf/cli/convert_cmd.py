@@ -26,9 +26,10 @@ flags.DEFINE_bool("fold_shapes", True, "Fold the shape plumbing that the symboli
 flags.DEFINE_bool("grouped_conv", True, "Run grouped convolutions that are depthwise ones (Keras 3 calls them through "
                                         "an XLA-compiled function on CPU) as DepthwiseConv2dNative "
                                         "(passes/grouped_conv.py).")
-flags.DEFINE_bool("remapper_guard", True, "Write an activation that TF's remapper would fail on (it reads a convolution's "
-                                          "residual sum that another node reads too) as an equal Maximum or "
-                                          "ClipByValue, after the e-graph pass (passes/remapper_guard.py).")
+flags.DEFINE_bool("remapper_guard", True, "Write an activation that TF's remapper would fail on (it reads a "
+                                          "convolution's residual sum that another node reads too) in an equal form "
+                                          "the remapper leaves alone, after the e-graph pass "
+                                          "(passes/remapper_guard.py).")
 flags.DEFINE_list("verify_batch_sizes", ["1", "4"], "Batch sizes used for unknown leading dimensions in verification.")
 flags.DEFINE_integer("seed", 0, "Seed of the random verification inputs.")
 flags.DEFINE_float("rtol", None, "Max relative difference allowed in verification (default per dtype: 1e-5 float32).")

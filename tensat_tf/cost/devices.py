@@ -144,8 +144,9 @@ class Device:
 #     F29's conv as a batch matmul, E07's Einsum as one, neutral), and 2.5 us more per depthwise conv: a chain of 8
 #     depthwise convs with variable filters, one thread (/tmp script, 2026-12-06; BENCHMARKS.md "Tiny depthwise
 #     convs as filter taps"), 11.1 us each at [1,2,2,176] 3x3, 11.8 at 5x5, 14.7 at [1,2,2,960] 5x5, 12.6 at
-#     [1,4,4,176], 13.4 at [1,16,16,64], 26.8 at [1,28,28,128] 3x3, where 8.3 + 8 priced them 5-6 us dearer each (the
-#     8 us was the residual of the whole-model fit above). Merging two contractions keeps their elements, so for most
+#     [1,4,4,176], 26.8 at [1,28,28,128] 3x3, where 8.3 + 8 priced them 5-6 us dearer each (the 8 us was the
+#     residual of the whole-model fit above); Sum 1 us: F32's taps form (Reshape, Mul, Sum, Reshape) measured 4.4 us at
+#     [1,2,2,352] where the model without it priced 3.8. Merging two contractions keeps their elements, so for most
 #     rewrites this is the same cost on both sides: it lowers a CNN's predicted gain toward what is measured.
 # Large ops land within ~30 % of their measurement; sub-microsecond ops are as noisy as that between runs. The
 # measurements ran while other jobs shared the VM (fastest rounds kept); BENCHMARKS.md has whole-model sums.
