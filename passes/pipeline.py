@@ -36,10 +36,15 @@ def _signature(graph_def, item: GrapplerItem):
     return out
 
 
-def check_invariants(before_sig, graph_def, item: GrapplerItem) -> None:
+def check_invariants(before_sig, graph_def, item: GrapplerItem, changed: bool = True) -> None:
+    """`changed` False: the pass returned its input graph object itself, whose feeds and fetches are those of a graph
+    already imported (the pipeline's input, or a pass output checked before), so it is not imported again (0.1-0.4 s
+    a pass on the suite's CNNs: most passes return their input on most models)."""
     internal = sorted({n.op for n in graph_def.node if n.op.startswith("_")})
     if internal:
         raise AssertionError(f"internal ops in output: {internal}")
+    if not changed:
+        return
     after_sig = _signature(graph_def, item)
     for (name, dt0, s0), (_, dt1, s1) in zip(before_sig, after_sig):
         if dt0 != dt1:
@@ -58,7 +63,7 @@ def run(graph_def, item: GrapplerItem, passes) -> tuple[object, list[PassResult]
         out = None
         try:
             out = p.optimize(graph_def, item)
-            check_invariants(before_sig, out, item)
+            check_invariants(before_sig, out, item, changed=out is not graph_def)
         except (KeyboardInterrupt, SystemExit):
             raise
         except BaseException as e:  # noqa: BLE001 - any failure of a pass (egglog panics derive from
