@@ -48,3 +48,31 @@ def test_a_larger_depthwise_conv_keeps_its_kernel(tmp_path):
     _, _, out, applied = _optimized(str(tmp_path / "m"))
     assert [n.op for n in out.node].count("DepthwiseConv2dNative") == 1
     assert not any(r.startswith(("F32", "F33")) for r in applied)
+
+
+def test_a_batch_norm_scale_folds_into_the_taps(tmp_path):
+    # depthwise conv -> BatchNormalization at a 2x2 output (EfficientNetV2's last stage): F04 folds the norm's scale
+    # into the filter, and F32 writes that folded filter as taps (the analysis carries Floating through F04's
+    # Reshape / Mul, egraph/language.py FLOAT_KEEPING), so no Mul by the scale is left after the Sum
+    import keras
+    from tensat_tf.zoo._keras import randomize_weights
+    x = keras.Input((2, 2, 32))
+    h = keras.layers.DepthwiseConv2D(3, padding="same", use_bias=False)(keras.layers.ReLU()(x))
+    h = keras.layers.Activation("swish")(keras.layers.BatchNormalization()(h))
+    model = keras.Model(x, keras.layers.Conv2D(8, 1)(h))
+    randomize_weights(model, 0)
+    model.export(str(tmp_path / "m"), verbose=False)
+    sig, gd, out, applied = _optimized(str(tmp_path / "m"))
+    assert applied.get("F32-tiny-depthwise-as-taps") == 1
+    by = {n.name: n for n in out.node}
+    (total,) = [n for n in out.node if n.op == "Sum"]
+    readers = [n for n in out.node if any(i.split(":")[0] == total.name for i in n.input)]
+    # the Sum's result goes through its Reshape to the bias, never to a Mul by a constant scale
+    chain = [by[r.name] for r in readers]
+    while chain and chain[0].op == "Reshape":
+        chain = [n for n in out.node if any(i.split(":")[0] == chain[0].name for i in n.input)]
+    assert chain and all(n.op != "Mul" or not any(by[i.split(":")[0]].op == "Const" for i in n.input) for n in chain), \
+        [n.op for n in chain]
+    feeds = [np.random.RandomState(1).randn(3, 2, 2, 32).astype("f")]
+    for a, b in zip(run_graph(gd, sig.item, feeds), run_graph(out, sig.item, feeds)):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)

@@ -16,9 +16,10 @@ Analysis (ruleset `shapes`)
   (Positive t): t is a weight whose every element is a finite float > 0 (normal, not subnormal), decided at ingest
   from its data (tensat_tf/egraph/ingest.py); rules guard value-dependent identities with it (`(positive ?s)`).
   Not propagated through ops: a product of positives may underflow to 0.
-  (Floating t): t is a weight of a floating dtype, decided at ingest; rules that write an op only floats have
-  (DepthwiseConv2dNative for a Mul) guard it on the weight operand (`(float ?g)`), which a binary op shares with its
-  other operand.
+  (Floating t): t is a weight of a floating dtype, decided at ingest, or a weight-only term of FLOAT_KEEPING's ops
+  on one (a filter a rule folded, e.g. F04's scaled depthwise filter that F32 then writes as taps); rules that write
+  an op only floats have (DepthwiseConv2dNative for a Mul) guard it on the weight operand (`(float ?g)`), which a
+  binary op shares with its other operand.
   (FewReaders t): t is a graph tensor that 2 to ingest.MERGE_READERS projections of one kind (Einsums or
   BatchMatMulV2s by a weight) read, decided at ingest; the N-way merges of rules/einsum.rules guard their shared
   input with it (`(few-readers ?x)`).
@@ -73,7 +74,23 @@ def program() -> str:
     for spec in ops.BY_TERM.values():
         lines.extend(spec.shape_rules)
         lines.append(_const_rule(spec))
+        if spec.term in FLOAT_KEEPING:
+            lines.extend(_floating_rules(spec))
     return "\n".join(lines)
+
+
+# Ops whose output has the dtype of every tensor input (TF's binary ops take one dtype for both operands): a
+# weight-only term of one of them on a floating operand is floating. Only weight-only terms (IsConst) get it, the
+# ones `(float ?w)` guards are written for.
+FLOAT_KEEPING = ("Reshape", "Mul", "AddV2", "Sub", "Neg", "Pad", "Slice", "Transpose", "ConcatV2", "ExpandDims",
+                 "Sum")
+
+
+def _floating_rules(spec: ops.OpSpec) -> list[str]:
+    lits = [f"l{i}" for i in range(len(spec.literals))]
+    xs = [f"x{i}" for i in range(spec.n_tensor_inputs)]
+    term = f"({spec.term} {' '.join(lits + xs)})"
+    return [f"(rule ((= t {term}) (IsConst t) (Floating {x})) ((Floating t)) :ruleset shapes)" for x in xs]
 
 
 def _const_rule(spec: ops.OpSpec) -> str:
