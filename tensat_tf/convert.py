@@ -1,4 +1,5 @@
-"""The convert pipeline as a library call: load -> canonicalize -> tensat -> write (staged) -> verify -> publish.
+"""The convert pipeline as a library call: load -> canonicalize -> tensat -> write (staged) -> verify -> served check
+-> profile -> publish.
 
 Verification runs on what was actually written: the staged SavedModel is loaded back and compared with the original
 signatures, so a bug in the writer is caught like a bug in a rewrite. Nothing reaches output_dir unless it passed.
@@ -7,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import gc
 import hashlib
 import os
@@ -16,7 +18,7 @@ from typing import Callable
 
 import tensorflow as tf
 
-from tensat_tf import errors, interrupt, onnx_export, serving
+from tensat_tf import errors, interrupt, onnx_export, served_check, serving
 from tensat_tf import verify as verify_mod
 from tensat_tf.io import load as load_mod
 from tensat_tf.io import save as save_mod
@@ -133,6 +135,9 @@ def _profile(run: _Run, staged: str) -> list[str]:
     kept, seen = [], {}
     for name in sorted(model.signatures):
         entry = report["signatures"][name]
+        if published(entry) == "original":      # the served check's decision: nothing to measure
+            kept.append(name)
+            continue
         if entry["nodes_before"] == entry["nodes_after"] and entry["ops_before"] == entry["ops_after"]:
             entry["profile"] = {"skipped": "graph unchanged", "kept_original": True, "published": "original",
                                 "reason": "the rewrites left the node and op counts as they were: nothing to gain"}
@@ -162,6 +167,60 @@ def _profile(run: _Run, staged: str) -> list[str]:
     return kept
 
 
+def _served_check(run: _Run, staged: str) -> list[str]:
+    """Serve every written signature once in a fresh process (tensat_tf/served_check.py); -> the signatures to
+    publish as the original graph: those whose call made a Grappler optimizer fail that the user's model, served the
+    same way, does not make fail. Where the check itself cannot finish, every signature (as a failed profile does)."""
+    model, options, report = run.model, run.options, run.report
+    specs = {name: sig.inputs for name, sig in sorted(model.signatures.items())}
+    check = functools.partial(served_check.failures, unknown_dim=options.engine.unknown_dim, seed=options.seed,
+                              highs=run.highs)
+    try:
+        ours = check(staged, specs)     # tf.saved_model.save writes the "serve" tag (tensat_tf/io/save.py)
+        failing = {name: specs[name] for name, f in ours.items() if f}
+        theirs = check(run.path, failing, tags=options.tags) if failing else {}
+    except served_check.CheckError as e:
+        for name in specs:
+            report["signatures"][name]["served_check"] = {"error": str(e), "published": "original",
+                                                          "reason": "the served check did not finish"}
+        return sorted(specs)
+    fallback = []
+    for name, failed in ours.items():
+        entry = report["signatures"][name]["served_check"] = {"failures": failed, "published": "optimized"}
+        if not failed:
+            continue
+        entry["original_failures"] = theirs[name]
+        new = sorted({f["optimizer"] for f in failed} - {f["optimizer"] for f in theirs[name]})
+        if new:
+            entry.update(published="original", reason=f"TF's {', '.join(new)} failed on the optimized graph when "
+                                                       f"served and not on the original")
+            fallback.append(name)
+        else:
+            entry["reason"] = "the original's served call logs the same failures"
+    return fallback
+
+
+def published(entry: dict) -> str:
+    """Which graph of a signature is published: 'original' where the served check or the profile decided so."""
+    for stage in ("served_check", "profile"):
+        if (entry.get(stage) or {}).get("published") == "original":
+            return "original"
+    return "optimized"
+
+
+def _publish_original(run: _Run, staged: str, names: list[str]) -> None:
+    """Write the user's graph (the original signature frozen, before any clean-up) for `names` instead of the
+    optimized one, through the same writer and verification, into the emptied staging folder."""
+    for name in names:
+        run.graphs[name] = original_graph(run.model.signatures[name])
+        run.report["signatures"][name]["nodes_after"] = len(run.graphs[name].node)
+        run.report["signatures"][name]["ops_after"] = _ops(run.graphs[name])
+    for entry in os.listdir(staged):
+        p = os.path.join(staged, entry)
+        shutil.rmtree(p) if os.path.isdir(p) else os.remove(p)
+    _write_and_verify(run, staged)
+
+
 def original_graph(sig):
     """The signature's frozen graph as loaded, its library functions renamed `<name>_original_<uid>`: the optimized
     graph (written and loaded back earlier in this process) carries Grappler-rewritten functions under the same
@@ -188,10 +247,9 @@ def _deploy_extras(run: _Run, staged: str):
     profile = None if not options.profile else {
         "batch_sizes": profile_batch_sizes(options), "threads": list(options.profile_threads),
         "seconds": options.profile_seconds, "margin": options.profile_margin}
-    published = (report["signatures"][name].get("profile") or {}).get("published")
     pending, report["onnx"] = onnx_export.emit(run.output_dir, staged, model, graphs, options.verify_batch_sizes,
                                                options.seed, options.onnx_signature, tolerances, profile,
-                                               original_published=published == "original",
+                                               original_published=published(report["signatures"][name]) == "original",
                                                unknown_dim=options.engine.unknown_dim, highs=run.highs)
     run.watch.lap("onnx")
     return pending
@@ -265,21 +323,21 @@ def convert(src: str, output_dir: str, options: Options = Options()) -> dict:
     with save_mod.staging_dir(output_dir) as staged:
         stage("saving and verifying")
         _write_and_verify(run, staged)
+        if options.served_check:
+            stage("serving each signature once in a fresh process (TF's error log on)")
+            fallback = _served_check(run, staged)
+            watch.lap("served_check")
+            if fallback:
+                _publish_original(run, staged, fallback)
         if options.profile:
             stage("profiling original vs optimized")
             kept = _profile(run, staged)
             watch.lap("profile")
-            if kept:
-                # the optimized graph of these signatures is not measured faster: publish the user's graph (the
-                # original signature frozen, before any clean-up), through the same writer and verification
-                for name in kept:
-                    run.graphs[name] = original_graph(model.signatures[name])
-                    report["signatures"][name]["nodes_after"] = len(run.graphs[name].node)
-                    report["signatures"][name]["ops_after"] = _ops(run.graphs[name])
-                for entry in os.listdir(staged):
-                    p = os.path.join(staged, entry)
-                    shutil.rmtree(p) if os.path.isdir(p) else os.remove(p)
-                _write_and_verify(run, staged)
+            # the optimized graph of these signatures is not measured faster: publish the user's graph (those the
+            # served check sent back are written so already)
+            if any((report["signatures"][name].get("served_check") or {}).get("published") != "original"
+                   for name in kept):
+                _publish_original(run, staged, kept)
         interrupt.check()
         pending = _deploy_extras(run, staged)
         try:

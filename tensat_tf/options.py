@@ -184,6 +184,9 @@ class Options:
     # errors.InternalError instead of keeping its input graph: for CI jobs that must notice the optimizer failing
     strict: bool = False
     engine: EngineOptions = EngineOptions()
+    # serve each written signature once in a fresh process with TF's error log on (tensat_tf/served_check.py) and
+    # publish the original graph of any whose call makes a Grappler optimizer fail that the user's model does not
+    served_check: bool = False
     profile: bool = False               # time original vs optimized; publish the original graph when not faster
     profile_batch_sizes: Optional[Sequence[int]] = None     # None: 1 and verify_batch_sizes
     profile_threads: Sequence[int] = (1, 0)     # 1: one intra-op + one inter-op thread; 0: TF's default pools

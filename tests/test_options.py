@@ -84,7 +84,7 @@ def test_flags_become_one_checked_options():
                "--min_gain=0.02", "--strict"])
         o = convert_cmd.options_from_flags()
         assert o == Options(signatures=("serving_default",), verify_batch_sizes=(2, 5), profile=False,
-                            profile_threads=(0,), warmup=True, strict=True,
+                            profile_threads=(0,), warmup=True, strict=True, served_check=True,     # the CLI's default
                             engine=EngineOptions(enable_rules=("merge", "tf-fold"), unknown_dim=128,
                                                  min_variable_elements=4096, ilp_work=900, probe_work=30,
                                                  rel_gap=0.01, min_gain=0.02,

@@ -30,6 +30,11 @@ flags.DEFINE_bool("remapper_guard", True, "Write an activation that TF's remappe
                                           "convolution's residual sum that another node reads too) in an equal form "
                                           "the remapper leaves alone, after the e-graph pass "
                                           "(passes/remapper_guard.py).")
+flags.DEFINE_bool("served_check", True, "Serve each written signature once in a fresh process with TF's error log on "
+                                        "and publish the original graph of any whose call makes a Grappler "
+                                        "optimizer fail (TF logs it and runs the function without that optimizer's "
+                                        "rewrites) where the input model's call does not (tensat_tf/served_check.py; "
+                                        "a few seconds).")
 flags.DEFINE_list("verify_batch_sizes", ["1", "4"], "Batch sizes used for unknown leading dimensions in verification.")
 flags.DEFINE_integer("seed", 0, "Seed of the random verification inputs.")
 flags.DEFINE_float("rtol", None, "Max relative difference allowed in verification (default per dtype: 1e-5 float32).")
@@ -88,6 +93,10 @@ def _table(report: dict) -> str:
                 flag = "--probe_seconds" if report_file.probes_clocked(eg) else "--probe_work"
                 lines.append(f"  saturation stopped on unproven probes (after {after}): a larger {flag} may find a "
                              f"cheaper graph")
+        sc = s.get("served_check") or {}
+        if sc.get("failures") or sc.get("error"):
+            what = sc.get("error") or "; ".join(f"{f['optimizer']} failed: {f['error'][:100]}" for f in sc["failures"])
+            lines.append(f"  served check: {what}; published: the {sc['published']} graph ({sc['reason']})")
         prof = s.get("profile") or {}
         for x in prof.get("settings", []):
             d = x["decision"]
@@ -173,7 +182,7 @@ def options_from_flags(serving_mode: bool = False) -> Options:
     return Options(
         signatures=None if FLAGS.signatures is None else tuple(FLAGS.signatures), overwrite=FLAGS.overwrite,
         canonicalize=FLAGS.canonicalize, fold_shapes=FLAGS.fold_shapes, grouped_conv=FLAGS.grouped_conv,
-        remapper_guard=FLAGS.remapper_guard,
+        remapper_guard=FLAGS.remapper_guard, served_check=FLAGS.served_check,
         verify_batch_sizes=verify_batch_sizes,
         seed=FLAGS.seed, rtol=FLAGS.rtol, tags=tuple(FLAGS.tags),
         allow_ops=tuple(FLAGS.allow_ops), strict=FLAGS.strict, engine=engine_flags.engine_from_flags(),

@@ -1,0 +1,86 @@
+"""One served call of each signature of a SavedModel, in a fresh process with TF's error log on: which of Grappler's
+optimizers failed on it.
+
+TF runs Grappler again when it instantiates a served function, and an optimizer that fails there only logs
+"<optimizer> failed: ..." (meta_optimizer.cc, at ERROR) and leaves the function without its rewrites. TF 2.21's
+remapper failed so on NASNet-Mobile's converted graph, and the function then ran every activation as its own kernel
+(passes/remapper_guard.py); offline Grappler (tensat_tf/grappler.py, the tensat pass's own check) did not reproduce
+it. The log is the only place such a failure shows, and the converting process cannot read it: TF reads its log
+level once, and the CLI turns the log off (cli/main.py). So a child process (`python -m tensat_tf.served_check`,
+a JSON request on stdin) loads the SavedModel and calls each signature once on verification's random inputs at
+batch 1, writing a marker line to stderr before each call; the parent reads the failures between the markers.
+
+The child loads the converted SavedModel (public TF ops that conversion wrote) and, only where that one shows a
+failure, the user's SavedModel, which conversion has already loaded and run (verify.check_original).
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from typing import Optional, Sequence
+
+MARK = "tensat_tf.served_check: "
+FAILED = re.compile(r"meta_optimizer\.cc:\d+\] (\S+) failed: (.*)")
+# what one check may take: loading the SavedModel and the first call of each signature (Grappler and oneDNN's
+# primitives then); NASNet-Mobile's two signatures take about 6 s here
+TIMEOUT_S = 600.0
+
+
+class CheckError(RuntimeError):
+    """The child process did not finish (it crashed, was killed or ran past its time)."""
+
+
+def failures(path: str, signatures: dict, unknown_dim: int, seed: int = 0, highs: Optional[dict] = None,
+             tags: Sequence[str] = ("serve",), timeout: float = TIMEOUT_S) -> dict[str, list[dict]]:
+    """{signature: [{"optimizer": name, "error": first 300 characters}, ...]} for each of `signatures` ({name:
+    [load.TensorSpec, ...]}) served once from the SavedModel at `path`; an empty list where none failed."""
+    request = {"path": path, "unknown_dim": unknown_dim, "seed": seed, "highs": highs or {}, "tags": list(tags),
+               "signatures": {name: [{"key": s.key, "dtype": s.dtype.name, "shape": s.shape} for s in specs]
+                              for name, specs in signatures.items()}}
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")       # errors only: meta_optimizer logs the failure at ERROR
+    try:
+        r = subprocess.run([sys.executable, "-m", "tensat_tf.served_check"], input=json.dumps(request), env=env,
+                           capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        raise CheckError(f"the served check of {path} ran past {timeout:.0f} s") from None
+    if r.returncode != 0:
+        tail = [line for line in r.stderr.splitlines() if line.strip()][-1:] or [f"exit status {r.returncode}"]
+        raise CheckError(f"the served check of {path} failed: {tail[0][:300]}")
+    return parse(r.stderr, signatures)
+
+
+def parse(stderr: str, names: Sequence[str]) -> dict[str, list[dict]]:
+    """The optimizer failures logged after each signature's marker (module docstring)."""
+    out: dict[str, list[dict]] = {name: [] for name in names}
+    current = None
+    for line in stderr.splitlines():
+        if line.startswith(MARK):
+            current = line[len(MARK):].strip() or None
+        elif current in out and (m := FAILED.search(line)):
+            out[current].append({"optimizer": m.group(1), "error": m.group(2).strip()[:300]})
+    return out
+
+
+def _child() -> None:
+    request = json.load(sys.stdin)
+    import tensorflow as tf
+
+    from tensat_tf.io.load import TensorSpec
+    from tensat_tf.verify import random_inputs
+    model = tf.saved_model.load(request["path"], tags=request["tags"])
+    for name in sorted(request["signatures"]):
+        specs = [TensorSpec(s["key"], "", tf.as_dtype(s["dtype"]), None if s["shape"] is None else tuple(s["shape"]))
+                 for s in request["signatures"][name]]
+        feeds = random_inputs(specs, 1, request["seed"], request["unknown_dim"],
+                              highs=request["highs"].get(name))
+        sys.stderr.flush()
+        os.write(2, (MARK + name + "\n").encode())      # TF's C++ log writes to fd 2 unbuffered, as this does
+        model.signatures[name](**feeds)
+    os.write(2, (MARK + "\n").encode())
+
+
+if __name__ == "__main__":
+    _child()

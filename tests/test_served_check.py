@@ -1,0 +1,92 @@
+"""tensat_tf/served_check.py and convert's use of it: a Grappler optimizer that fails only when TF serves the written
+SavedModel (it logs the failure and runs the function without that optimizer's rewrites) sends the signature back
+to the original graph, unless the original's served call fails the same way."""
+import os
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tensat_tf import served_check
+from tensat_tf.convert import convert
+from tensat_tf.io.load import TensorSpec
+from tensat_tf.options import Options
+
+ONEDNN = pytest.mark.skipif(os.environ.get("TF_ENABLE_ONEDNN_OPTS") == "0",
+                            reason="oneDNN off: TF's remapper has no conv + bias + add + activation fusion")
+
+
+def test_failures_are_read_between_the_markers():
+    log = "\n".join([
+        "E0000 00:00:1 cuda_platform.cc:52] failed call to cuInit: INTERNAL: CUDA error",    # before any marker
+        served_check.MARK + "serve",
+        "E0000 00:00:2 meta_optimizer.cc:967] remapper failed: INVALID_ARGUMENT: Mutation::Apply error: fanout",
+        "W0000 00:00:3 some_other.cc:1] layout failed: not from meta_optimizer",
+        served_check.MARK + "serving_default",
+        "E0000 00:00:4 meta_optimizer.cc:967] layout failed: INVALID_ARGUMENT: Size of values 0",
+        "E0000 00:00:5 meta_optimizer.cc:967] remapper failed: INVALID_ARGUMENT: x",
+        served_check.MARK,
+        "E0000 00:00:6 meta_optimizer.cc:967] remapper failed: after the end marker",
+    ])
+    got = served_check.parse(log, ["serve", "serving_default", "other"])
+    assert got == {"serve": [{"optimizer": "remapper",
+                              "error": "INVALID_ARGUMENT: Mutation::Apply error: fanout"}],
+                   "serving_default": [{"optimizer": "layout", "error": "INVALID_ARGUMENT: Size of values 0"},
+                                       {"optimizer": "remapper", "error": "INVALID_ARGUMENT: x"}],
+                   "other": []}
+
+
+def test_a_check_that_cannot_run_says_why_in_one_line(tmp_path):
+    with pytest.raises(served_check.CheckError, match="served check of .* failed: ") as e:
+        served_check.failures(str(tmp_path), {"serving_default": []}, unknown_dim=8)
+    assert "\n" not in str(e.value)
+
+
+def test_a_check_that_cannot_finish_publishes_the_original(tmp_path, monkeypatch, zoo_cache):
+    def broken(path, signatures, **kw):
+        raise served_check.CheckError("the served check of x ran past 1 s")
+    monkeypatch.setattr(served_check, "failures", broken)
+    rep = convert("zoo:mlp", str(tmp_path / "out"), Options(served_check=True))
+    for s in rep["signatures"].values():
+        assert s["served_check"]["published"] == "original" and "ran past" in s["served_check"]["error"]
+        assert s["nodes_after"] == s["nodes_before"]
+
+
+def _save_folded_hazard(path):
+    """conv(relu(x)) + (conv(x) * s + b), read by a ReLU and an average pool. The original has no conv + bias +
+    add + activation for TF's remapper (a Mul sits between the conv and its bias); once rule F02 folds the scale
+    into the filter it has, and the remapper fails on it when served (passes/remapper_guard.py)."""
+    class M(tf.Module):
+        def __init__(self):
+            rng = np.random.RandomState(0)
+            self.wa, self.wb = (tf.Variable(rng.randn(1, 1, 8, 8).astype("f")) for _ in range(2))
+            self.s = tf.Variable(rng.rand(8).astype("f") + 0.5)
+            self.b = tf.Variable(rng.randn(8).astype("f"))
+
+        @tf.function(input_signature=[tf.TensorSpec([None, 4, 4, 8], tf.float32)])
+        def serve(self, x):
+            s = tf.nn.conv2d(tf.nn.relu(x), self.wa, 1, "SAME") + (tf.nn.conv2d(x, self.wb, 1, "SAME") * self.s
+                                                                     + self.b)
+            return {"y": tf.nn.relu(s) + tf.nn.avg_pool2d(s, 1, 1, "SAME")}
+    m = M()
+    tf.saved_model.save(m, path, signatures={"serving_default": m.serve})
+
+
+@pytest.mark.slow
+@ONEDNN
+def test_a_remapper_failure_of_the_output_alone_publishes_the_original(tmp_path):
+    _save_folded_hazard(str(tmp_path / "src"))
+    rep = convert(str(tmp_path / "src"), str(tmp_path / "off"),
+                  Options(served_check=True, remapper_guard=False))
+    sc = rep["signatures"]["serving_default"]["served_check"]
+    assert [f["optimizer"] for f in sc["failures"]] == ["remapper"] and sc["original_failures"] == []
+    assert sc["published"] == "original" and "remapper" in sc["reason"]
+    assert rep["signatures"]["serving_default"]["ops_after"].get("Mul") == 1      # the user's graph, scale and all
+    from tensat_tf.cli.convert_cmd import _table
+    assert "  served check: remapper failed: INVALID_ARGUMENT: Mutation::Apply error" in _table(rep)
+    specs = {"serving_default": [TensorSpec("x", "", tf.float32, (-1, 4, 4, 8))]}
+    assert served_check.failures(str(tmp_path / "off"), specs, unknown_dim=8) == {"serving_default": []}
+    # with the guard (the default) the optimized graph is served without a failure and published
+    rep = convert(str(tmp_path / "src"), str(tmp_path / "on"), Options(served_check=True))
+    assert rep["signatures"]["serving_default"]["served_check"] == {"failures": [], "published": "optimized"}
+    assert "Maximum" in rep["signatures"]["serving_default"]["ops_after"]
