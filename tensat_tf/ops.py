@@ -244,6 +244,12 @@ def _sum_rules() -> tuple[str, ...]:
     return tuple(rules)
 
 
+def _tile_rules() -> tuple[str, ...]:
+    """Tile of a vector of known length by one multiple: the length times the multiple."""
+    return (_rule("(= t (Tile m x)) (= sx (shape x)) (= (vec-length sx) 1) (= (vec-length m) 1)",
+                  "(>= (vec-get sx 0) 0) (>= (vec-get m 0) 0)", shape="(vec-of (* (vec-get sx 0) (vec-get m 0)))"),)
+
+
 def _transpose_rules() -> tuple[str, ...]:
     rules = []
     for rank in range(2, 6):
@@ -540,14 +546,19 @@ _SYMBOLIC_FORMS = [
 # TF ops ingested as one of the table's terms when they have exactly two data inputs: AddN of two tensors (which
 # AddN requires to have one shape) is their AddV2. Grappler's arithmetic optimizer writes Keras' LayerNormalization
 # sums as AddN on some graphs (ViT: AddN(mean term, x term) + beta), where rule F26 must see an AddV2. The node
-# itself is emitted unchanged when extraction keeps it (tensat_tf/egraph/emit.py copies an original NodeDef).
-BINARY_ALIASES: dict[str, str] = {"AddN": "AddV2"}
+# itself is emitted unchanged when extraction keeps it (tensat_tf/egraph/emit.py copies an original NodeDef). Add is
+# AddV2 for every dtype but string (which it concatenates; ingest checks): Grappler's arithmetic optimizer writes
+# Keras' Normalization layer (x - mean) as Add(x, -mean), which rule F36 must see.
+BINARY_ALIASES: dict[str, str] = {"AddN": "AddV2", "Add": "AddV2"}
 
 TABLE: dict[str, OpSpec] = {s.tf_op: s for s in _SPECS}
 TENSOR_FORMS: dict[str, OpSpec] = {s.tf_op: s for s in _TENSOR_FORMS}
 # Ops that only rules write (ingest keeps these TF ops opaque, so no existing graph changes form): the tiny depthwise
-# conv's taps (rules/tf_fold.rules F32, F33) slice the padded filter, which the emitter folds, and sum the products.
+# conv's taps (rules/tf_fold.rules F32, F33) slice the padded filter, which the emitter folds, and sum the products;
+# a per-channel vector on a narrow last dim is tiled along the widened rows (F35-F37), folded by the emitter too.
 _RULE_FORMS = [
+    OpSpec("Tile", "Tile", const_inputs=(ConstInput(1, "multiples", "ints"),), index_type_attrs=("Tmultiples",),
+           shape_rules=_tile_rules()),
     OpSpec("Slice", "Slice", const_inputs=(ConstInput(1, "begin", "ints"), ConstInput(2, "size", "ints")),
            index_type_attrs=("Index",), shape_rules=_slice_rules()),
     OpSpec("Sum", "Sum", (Attr("keep_dims", "bool", False),), const_inputs=(ConstInput(1, "axis", "ints"),),

@@ -251,6 +251,8 @@ def node_cost(term: str, payload, in_shapes: Optional[Sequence[Shape]], out_shap
             nbytes += DTYPE_BYTES * numel(out)
     compute_ms = flops / (device.peak_gflops * 1e6) + outputs * device.depthwise_ns_per_output * 1e-6
     memory_ms = nbytes / (bandwidth * 1e6)
+    if term in _BINARY_ELEMENTWISE and device.broadcast_row_ns and (c := _channel_vector(ins, out)):
+        memory_ms = max(memory_ms, numel(out) / c * device.broadcast_row_ns * 1e-6)
     return max(compute_ms, memory_ms) + device.overhead_ms(term)
 
 
@@ -289,6 +291,17 @@ _ELEMENTWISE = sizes.SAME_AS_FIRST | sizes.BINARY      # elementwise terms, as c
 def _pointwise(ins: Sequence[Shape]) -> bool:
     """A depthwise conv's filter is [1, 1, C, 1]: a per-channel scale."""
     return len(ins) == 2 and len(ins[1]) == 4 and ins[1][0] == ins[1][1] == ins[1][3] == 1
+
+
+def _channel_vector(ins: Sequence[Shape], out: Optional[Shape]) -> int:
+    """C where one operand is a per-channel vector ([C] or [1, .., 1, C]) broadcast along the output's last dim C
+    over more elements; else 0."""
+    if out is None or not out or out[-1] <= 0 or numel(out) <= out[-1]:
+        return 0
+    for s in ins:
+        if s and s[-1] == out[-1] and numel(s) == out[-1]:
+            return out[-1]
+    return 0
 
 
 def _broadcasts_vector(ins: Sequence[Shape]) -> bool:

@@ -33,6 +33,10 @@ class Device:
     flops_per_element_by_term: tuple[tuple[str, float], ...] = (("Tanh", 20.0), ("Sigmoid", 20.0))
     strided_copy_efficiency: float = 1.0
     broadcast_efficiency: float = 1.0
+    # what a binary elementwise op pays per repetition of a per-channel vector it broadcasts along the last dim
+    # (Eigen's broadcast runs an inner loop per row of C elements), as a floor under its memory time: the price of
+    # a narrow last dim, an image's 3 channels
+    broadcast_row_ns: float = 0.0
     # contractions whose bias / batch-norm / activation epilogue the runtime fuses AND runs faster (cost/fusion.py)
     fused_contractions: tuple[str, ...] = ()
     # (activation, contractions whose BiasAdd it joins in one kernel) pairs: cost/fusion.py FUSED_ACTIVATIONS
@@ -115,6 +119,11 @@ class Device:
 #   strided_copy_efficiency 0.5: Transpose 1024x1024 reaches 30 GB/s, [0,2,1,3] on 8x128x12x64 73 GB/s.
 #   broadcast_efficiency 0.3: AddV2 / Mul / BiasAdd of a per-channel vector onto NHWC activations reach 20 GB/s with
 #     16 channels, 29 with 32, 43 with 1024 (a scalar operand streams at full speed).
+#   broadcast_row_ns 3: Mul / AddV2 / BiasAdd of a [C] vector onto [1, N / C, C], each followed by a Relu, 8 in a
+#     chain, one thread, less the chain of Relus alone (/tmp script, 2026-12-06; BENCHMARKS.md "Narrow channels"), us
+#     per op at N = 12,288 / 49,152: C = 2 19.9 / 73.6, 3 13.0 / 50.4, 4 9.6 / 29.4, 8 6.5 / 22.7, 16 5.0 / 12.9, 32
+#     3.2 / 9.0, 64 2.7 / 7.1, 192 2.8 / 6.1, the same for the three ops: about 3 ns per row of C elements where C
+#     is small, which the bandwidth price above (3.9 / 14.9 us) misses by 3x at C = 3.
 #   fused_contractions ("Conv2D", "DepthwiseConv2dNative"): tensat_tf/cost/fusion_bench.py (`tensat_tf calibrate
 #     --fusion`), Grappler on as when serving: Conv2D + BiasAdd (+ Relu) runs as one _MklNativeFusedConv2D whose
 #     epilogue costs 0 +- 1.5 us against 3.1-3.4 us for BiasAdd + Relu as separate ops at [1,14,14,32] (this model
@@ -158,8 +167,9 @@ CPU = Device(
                          ("FusedBatchNormV3", 4.5), ("Einsum", 3.2), ("SpaceToBatchND", 4.5), ("BatchToSpaceND", 2.0),
                          ("Sum", 1.0)),
     flops_per_element_by_term=(("Tanh", 35.0), ("Sigmoid", 64.0), ("Erfc", 150.0)),
-    strided_copy_efficiency=0.5, broadcast_efficiency=0.3, fused_contractions=("Conv2D", "DepthwiseConv2dNative"),
-    fused_activations=FUSED_ACTIVATIONS, call_overhead_us=160.0, fused_matmul_us=9.0, fused_depthwise_us=4.0,
+    strided_copy_efficiency=0.5, broadcast_efficiency=0.3, broadcast_row_ns=3.0,
+    fused_contractions=("Conv2D", "DepthwiseConv2dNative"), fused_activations=FUSED_ACTIVATIONS,
+    call_overhead_us=160.0, fused_matmul_us=9.0, fused_depthwise_us=4.0,
     fused_flops_per_element_by_term=(("Erfc", 33.0), ("Swish", 40.0)), onednn=True,
     variable_weight_ns_per_element=0.13,
     variable_depthwise_us=2.5)

@@ -302,7 +302,8 @@ class _Ingest:
         ing.lets[name] = let_name
         has_ctrl = any(i.startswith("^") for i in node.input) or name in self.ctrl_sources
         spec = ops.TABLE.get(node.op)
-        if node.op in ops.BINARY_ALIASES and len([i for i in node.input if not i.startswith("^")]) == 2:
+        if node.op in ops.BINARY_ALIASES and len([i for i in node.input if not i.startswith("^")]) == 2 \
+                and ("T" not in node.attr or node.attr["T"].type != tf.string.as_datatype_enum):
             spec = ops.TABLE[ops.BINARY_ALIASES[node.op]]
         literals = None
         if spec is not None and name not in self.keep and not has_ctrl:
@@ -361,14 +362,14 @@ class _Ingest:
             spec_of = einsum.parse(literals["equation"]).spec
             commands.append(L.set_fn("einsum-spec", [L.lit(literals["equation"])], spec_of))
         commands.append(L.let(let_name, L.call(spec.term, args)))
-        if node.op in BROADCAST_OPS:
+        if spec.term in BROADCAST_OPS:     # the term: an Add or AddN (BINARY_ALIASES) broadcasts as its AddV2
             squeezed = [self._squeezed_weight(i, tensor_inputs[1 - k]) for k, i in enumerate(tensor_inputs)]
             if squeezed[0]:                # one operand at a time: the argument needs the other one's rank
                 squeezed[1] = None
             if any(squeezed):
                 alt = [L.var(sq) if sq else self._ref(i) for sq, i in zip(squeezed, tensor_inputs)]
                 commands.append(L.union(L.var(let_name), L.call(spec.term, lit_args + alt)))
-            if node.op == "AddV2":
+            if spec.term == "AddV2":
                 self._bias_form(let_name, tensor_inputs, squeezed)
         return spec.outputs != "one"
 
