@@ -18,8 +18,9 @@ def test_a_narrow_broadcast_is_priced_per_row():
     assert 11 < us(3) < 15 and us(64) < 5 and us(3) > 3 * us(64)
     assert us(3, 49152) > 3.5 * us(3)                  # rows, not the op, set the price
     assert us(3, device=CPU_EIGEN) == pytest.approx(us(64, device=CPU_EIGEN), rel=0.01)   # not measured there
-    # a scalar and a full-size operand are not per-channel vectors
+    # a scalar, a one-element vector on one channel and a full-size operand are not per-channel vectors
     assert node_cost("Mul", None, [(1, 4096, 3), ()], (1, 4096, 3), 1, CPU) * 1e3 < 5
+    assert node_cost("Mul", None, [(1, 12288, 1), (1,)], (1, 12288, 1), 1, CPU) * 1e3 < 5
     assert node_cost("Mul", None, [(1, 4096, 3), (1, 4096, 3)], (1, 4096, 3), 1, CPU) * 1e3 < 5
 
 

@@ -294,9 +294,9 @@ def _pointwise(ins: Sequence[Shape]) -> bool:
 
 
 def _channel_vector(ins: Sequence[Shape], out: Optional[Shape]) -> int:
-    """C where one operand is a per-channel vector ([C] or [1, .., 1, C]) broadcast along the output's last dim C
-    over more elements; else 0."""
-    if out is None or not out or out[-1] <= 0 or numel(out) <= out[-1]:
+    """C where one operand is a per-channel vector ([C] or [1, .., 1, C], C > 1) broadcast along the output's last
+    dim C over more elements; else 0 (a [1] or [1, .., 1] operand streams as a scalar: 1.5 us on 12,288 elements)."""
+    if out is None or not out or out[-1] <= 1 or numel(out) <= out[-1]:
         return 0
     for s in ins:
         if s and s[-1] == out[-1] and numel(s) == out[-1]:
