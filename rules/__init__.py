@@ -19,8 +19,9 @@ from tensat_tf.rules.syntax import Excluded, Rule, RuleSyntaxError, parse_file
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 DEFAULT_FAMILIES = ("tensat", "tf-fold", "merge", "einsum")
-# families shipped here but run only when named (tensat_assoc.rules and tensat_distrib.rules say why)
-OPTIONAL_FAMILIES = ("tensat-assoc", "tensat-distrib")
+# families shipped here but run only when named (tensat_assoc.rules, tensat_distrib.rules and pixel_matmul.rules say
+# why)
+OPTIONAL_FAMILIES = ("tensat-assoc", "tensat-distrib", "pixel-matmul")
 
 
 class UnknownRule(ValueError):

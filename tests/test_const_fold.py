@@ -1,8 +1,8 @@
-"""rules/const_fold.rules (and tf_fold.rules' F29 and F30) end to end: on small graphs shaped like what Keras 3
-exports leave after Grappler (MobileNetV3's hard-swish before a depthwise conv, Xception's residual of two biased
-branches, a residual add after a folded BatchNorm, DenseNet's transition and pre-activation batch norm, a
-squeeze-excite block's one-pixel convs), the pass takes the folded forms, the graph loses the nodes, and the values
-stay the same."""
+"""rules/const_fold.rules (and F30 of tf_fold.rules, F29 of pixel_matmul.rules) end to end: on small graphs shaped
+like what Keras 3 exports leave after Grappler (MobileNetV3's hard-swish before a depthwise conv, Xception's
+residual of two biased branches, a residual add after a folded BatchNorm, DenseNet's transition and pre-activation
+batch norm, a squeeze-excite block's one-pixel convs), the pass takes the folded forms, the graph loses the nodes, and
+the values stay the same."""
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -80,7 +80,7 @@ def test_const_fold_applies_and_keeps_values(build, rule, fewer_ops):
         tf.identity(build(x), name="out")
     gd = g.as_graph_def()
     item = GrapplerItem(feeds=["x:0"], fetches=["out:0"])
-    p = TensatPass(EngineOptions(enable_rules=["tf-fold"], min_gain=0.0))   # a toy graph: any gain
+    p = TensatPass(EngineOptions(enable_rules=["tf-fold", "pixel-matmul"], min_gain=0.0))   # a toy graph: any gain
     out = p.optimize(gd, item)
     if rule:
         assert p.stats.rules_applied.get(rule), p.stats.rules_applied
