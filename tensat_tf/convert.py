@@ -135,7 +135,7 @@ def _profile(run: _Run, staged: str) -> list[str]:
     kept, seen = [], {}
     for name in sorted(model.signatures):
         entry = report["signatures"][name]
-        if published(entry) == "original":      # the served check's decision: nothing to measure
+        if _published(entry) == "original":      # the served check's decision: nothing to measure
             kept.append(name)
             continue
         if entry["nodes_before"] == entry["nodes_after"] and entry["ops_before"] == entry["ops_after"]:
@@ -200,7 +200,7 @@ def _served_check(run: _Run, staged: str) -> list[str]:
     return fallback
 
 
-def published(entry: dict) -> str:
+def _published(entry: dict) -> str:
     """Which graph of a signature is published: 'original' where the served check or the profile decided so."""
     for stage in ("served_check", "profile"):
         if (entry.get(stage) or {}).get("published") == "original":
@@ -249,7 +249,7 @@ def _deploy_extras(run: _Run, staged: str):
         "seconds": options.profile_seconds, "margin": options.profile_margin}
     pending, report["onnx"] = onnx_export.emit(run.output_dir, staged, model, graphs, options.verify_batch_sizes,
                                                options.seed, options.onnx_signature, tolerances, profile,
-                                               original_published=published(report["signatures"][name]) == "original",
+                                               original_published=_published(report["signatures"][name]) == "original",
                                                unknown_dim=options.engine.unknown_dim, highs=run.highs)
     run.watch.lap("onnx")
     return pending

@@ -70,7 +70,7 @@ def _child() -> None:
 
     from tensat_tf.io.load import TensorSpec
     from tensat_tf.verify import random_inputs
-    model = tf.saved_model.load(request["path"], tags=request["tags"])
+    model = tf.saved_model.load(request["path"], tags=request["tags"] or None)     # as io/load.py loads it
     for name in sorted(request["signatures"]):
         specs = [TensorSpec(s["key"], "", tf.as_dtype(s["dtype"]), None if s["shape"] is None else tuple(s["shape"]))
                  for s in request["signatures"][name]]
