@@ -13,6 +13,7 @@ import gc
 import hashlib
 import os
 import shutil
+import tempfile
 from collections import Counter
 from typing import Callable
 
@@ -168,35 +169,57 @@ def _profile(run: _Run, staged: str) -> list[str]:
 
 
 def _served_check(run: _Run, staged: str) -> list[str]:
-    """Serve every written signature once in a fresh process (tensat_tf/served_check.py); -> the signatures to
-    publish as the original graph: those whose call made a Grappler optimizer fail that the user's model, served the
-    same way, does not make fail. Where the check itself cannot finish, every signature (as a failed profile does)."""
+    """Serve every written graph once in a fresh process (tensat_tf/served_check.py); -> the signatures to publish
+    as the original graph: those whose call made a Grappler optimizer fail where the original graph, written the
+    same way and served the same way, does not. Where the check itself cannot finish, every signature (as a failed
+    profile does).
+
+    TF logs one such failure a minute per process (meta_optimizer.cc's LOG_EVERY_N_SEC), so each distinct graph is
+    served in a process of its own, signatures that share one (Keras' serve and serving_default) take its outcome,
+    and only "a failure or none" is compared: the first failure of a call hides any later one."""
     model, options, report = run.model, run.options, run.report
-    specs = {name: sig.inputs for name, sig in sorted(model.signatures.items())}
+    groups: dict = {}
+    for name in sorted(model.signatures):
+        groups.setdefault(run.same_key(name), []).append(name)
     check = functools.partial(served_check.failures, unknown_dim=options.engine.unknown_dim, seed=options.seed,
                               highs=run.highs)
+
+    def served(path: str, names: list[str]) -> dict[str, list[dict]]:
+        return {names[0]: check(path, {names[0]: model.signatures[names[0]].inputs})[names[0]]}
+
     try:
-        ours = check(staged, specs)     # tf.saved_model.save writes the "serve" tag (tensat_tf/io/save.py)
-        failing = {name: specs[name] for name, f in ours.items() if f}
-        theirs = check(run.path, failing, tags=options.tags) if failing else {}
+        ours = {}
+        for names in groups.values():
+            ours.update(served(staged, names))
+        failing = [names for names in groups.values() if ours[names[0]]]
+        theirs = {}
+        if failing:
+            # the fallback as it would be published, written aside and served the same way
+            graphs = dict(run.graphs, **{n: original_graph(model.signatures[n]) for names in failing for n in names})
+            with tempfile.TemporaryDirectory(prefix="tensat_tf_served_check_") as aside:
+                save_mod.write_saved_model(aside, model.signatures, graphs, run.path,
+                                           options.engine.min_variable_elements)
+                for names in failing:
+                    theirs.update(served(aside, names))
     except served_check.CheckError as e:
-        for name in specs:
+        for name in model.signatures:
             report["signatures"][name]["served_check"] = {"error": str(e), "published": "original",
                                                           "reason": "the served check did not finish"}
-        return sorted(specs)
+        return sorted(model.signatures)
     fallback = []
-    for name, failed in ours.items():
-        entry = report["signatures"][name]["served_check"] = {"failures": failed, "published": "optimized"}
-        if not failed:
-            continue
-        entry["original_failures"] = theirs[name]
-        new = sorted({f["optimizer"] for f in failed} - {f["optimizer"] for f in theirs[name]})
-        if new:
-            entry.update(published="original", reason=f"TF's {', '.join(new)} failed on the optimized graph when "
-                                                       f"served and not on the original")
-            fallback.append(name)
-        else:
-            entry["reason"] = "the original's served call logs the same failures"
+    for names in groups.values():
+        failed = ours[names[0]]
+        entry = {"failures": failed, "published": "optimized"}
+        if failed:
+            entry["original_failures"] = theirs[names[0]]
+            if theirs[names[0]]:
+                entry["reason"] = "the original graph's served call fails too: no better"
+            else:
+                entry.update(published="original", reason=f"TF's {failed[0]['optimizer']} failed on the optimized "
+                                                          f"graph when served and not on the original")
+                fallback.extend(names)
+        for name in names:
+            report["signatures"][name]["served_check"] = copy.deepcopy(entry)
     return fallback
 
 

@@ -7,11 +7,15 @@ remapper failed so on NASNet-Mobile's converted graph, and the function then ran
 (passes/remapper_guard.py); offline Grappler (tensat_tf/grappler.py, the tensat pass's own check) did not reproduce
 it. The log is the only place such a failure shows, and the converting process cannot read it: TF reads its log
 level once, and the CLI turns the log off (cli/main.py). So a child process (`python -m tensat_tf.served_check`,
-a JSON request on stdin) loads the SavedModel and calls each signature once on verification's random inputs at
-batch 1, writing a marker line to stderr before each call; the parent reads the failures between the markers.
+a JSON request on stdin) loads the SavedModel and calls each signature once on verification's batch-1 inputs
+(verify.verification_inputs: seed + 1), writing a marker line to stderr before each call; the parent reads the
+failures between the markers. TF logs such a failure once a minute per process (LOG_EVERY_N_SEC in
+meta_optimizer.cc): a second failing function, or a second failing optimizer of one call, in the same minute goes
+unlogged, so callers serve one graph per process (convert.py) and compare whether a call failed, not which
+optimizers did.
 
-The child loads the converted SavedModel (public TF ops that conversion wrote) and, only where that one shows a
-failure, the user's SavedModel, which conversion has already loaded and run (verify.check_original).
+The child only loads SavedModels that conversion wrote (public TF ops): the output, and the original graphs written
+the same way where the output shows a failure.
 """
 from __future__ import annotations
 
@@ -34,16 +38,16 @@ class CheckError(RuntimeError):
 
 
 def failures(path: str, signatures: dict, unknown_dim: int, seed: int = 0, highs: Optional[dict] = None,
-             tags: Sequence[str] = ("serve",), timeout: float = TIMEOUT_S) -> dict[str, list[dict]]:
+             timeout: float = TIMEOUT_S) -> dict[str, list[dict]]:
     """{signature: [{"optimizer": name, "error": first 300 characters}, ...]} for each of `signatures` ({name:
     [load.TensorSpec, ...]}) served once from the SavedModel at `path`; an empty list where none failed."""
-    request = {"path": path, "unknown_dim": unknown_dim, "seed": seed, "highs": highs or {}, "tags": list(tags),
+    request = {"path": path, "unknown_dim": unknown_dim, "seed": seed, "highs": highs or {},
                "signatures": {name: [{"key": s.key, "dtype": s.dtype.name, "shape": s.shape} for s in specs]
                               for name, specs in signatures.items()}}
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")       # errors only: meta_optimizer logs the failure at ERROR
     try:
         r = subprocess.run([sys.executable, "-m", "tensat_tf.served_check"], input=json.dumps(request), env=env,
-                           capture_output=True, text=True, timeout=timeout)
+                           capture_output=True, text=True, errors="replace", timeout=timeout)
     except subprocess.TimeoutExpired:
         raise CheckError(f"the served check of {path} ran past {timeout:.0f} s") from None
     if r.returncode != 0:
@@ -70,11 +74,11 @@ def _child() -> None:
 
     from tensat_tf.io.load import TensorSpec
     from tensat_tf.verify import random_inputs
-    model = tf.saved_model.load(request["path"], tags=request["tags"] or None)     # as io/load.py loads it
+    model = tf.saved_model.load(request["path"])     # written by tf.saved_model.save: one MetaGraph, "serve"
     for name in sorted(request["signatures"]):
         specs = [TensorSpec(s["key"], "", tf.as_dtype(s["dtype"]), None if s["shape"] is None else tuple(s["shape"]))
                  for s in request["signatures"][name]]
-        feeds = random_inputs(specs, 1, request["seed"], request["unknown_dim"],
+        feeds = random_inputs(specs, 1, request["seed"] + 1, request["unknown_dim"],
                               highs=request["highs"].get(name))
         sys.stderr.flush()
         os.write(2, (MARK + name + "\n").encode())      # TF's C++ log writes to fd 2 unbuffered, as this does
