@@ -185,7 +185,7 @@ class Options:
     strict: bool = False
     engine: EngineOptions = EngineOptions()
     # serve each written signature once in a fresh process with TF's error log on (tensat_tf/served_check.py) and
-    # publish the original graph of any whose call makes a Grappler optimizer fail that the user's model does not
+    # publish the original graph of any whose call makes a Grappler optimizer fail where the original graph does not
     served_check: bool = False
     profile: bool = False               # time original vs optimized; publish the original graph when not faster
     profile_batch_sizes: Optional[Sequence[int]] = None     # None: 1 and verify_batch_sizes

@@ -33,8 +33,8 @@ flags.DEFINE_bool("remapper_guard", True, "Write an activation that TF's remappe
 flags.DEFINE_bool("served_check", True, "Serve each written signature once in a fresh process with TF's error log on "
                                         "and publish the original graph of any whose call makes a Grappler "
                                         "optimizer fail (TF logs it and runs the function without that optimizer's "
-                                        "rewrites) where the input model's call does not (tensat_tf/served_check.py; "
-                                        "a few seconds).")
+                                        "rewrites) where the original graph's call does not "
+                                        "(tensat_tf/served_check.py; a few seconds).")
 flags.DEFINE_list("verify_batch_sizes", ["1", "4"], "Batch sizes used for unknown leading dimensions in verification.")
 flags.DEFINE_integer("seed", 0, "Seed of the random verification inputs.")
 flags.DEFINE_float("rtol", None, "Max relative difference allowed in verification (default per dtype: 1e-5 float32).")
