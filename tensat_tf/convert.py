@@ -130,14 +130,14 @@ def profile_batch_sizes(options: Options) -> list[int]:
 def _profile(run: _Run, staged: str) -> list[str]:
     """Time original vs optimized per signature in every setting (batch sizes x thread settings, clean worker
     processes, tensat_tf/latency.py decide); -> the signatures to publish as the original graph: those not measured
-    faster ("faster" in at least one setting, "slower" in none, tensat_tf/speedup.py keep)."""
+    faster ("faster" in at least one setting, "slower" in none, tensat_tf/speedup.py keep). Those the served check
+    already sent back are written so and not measured."""
     from tensat_tf import latency
     model, options, report = run.model, run.options, run.report
     kept, seen = [], {}
     for name in sorted(model.signatures):
         entry = report["signatures"][name]
         if _published(entry) == "original":      # the served check's decision: nothing to measure
-            kept.append(name)
             continue
         if entry["nodes_before"] == entry["nodes_after"] and entry["ops_before"] == entry["ops_after"]:
             entry["profile"] = {"skipped": "graph unchanged", "kept_original": True, "published": "original",
@@ -184,13 +184,11 @@ def _served_check(run: _Run, staged: str) -> list[str]:
     check = functools.partial(served_check.failures, unknown_dim=options.engine.unknown_dim, seed=options.seed,
                               highs=run.highs)
 
-    def served(path: str, names: list[str]) -> dict[str, list[dict]]:
-        return {names[0]: check(path, {names[0]: model.signatures[names[0]].inputs})[names[0]]}
+    def served(path: str, name: str) -> list[dict]:
+        return check(path, {name: model.signatures[name].inputs})[name]
 
     try:
-        ours = {}
-        for names in groups.values():
-            ours.update(served(staged, names))
+        ours = {names[0]: served(staged, names[0]) for names in groups.values()}
         failing = [names for names in groups.values() if ours[names[0]]]
         theirs = {}
         if failing:
@@ -199,8 +197,7 @@ def _served_check(run: _Run, staged: str) -> list[str]:
             with tempfile.TemporaryDirectory(prefix="tensat_tf_served_check_") as aside:
                 save_mod.write_saved_model(aside, model.signatures, graphs, run.path,
                                            options.engine.min_variable_elements)
-                for names in failing:
-                    theirs.update(served(aside, names))
+                theirs = {names[0]: served(aside, names[0]) for names in failing}
     except served_check.CheckError as e:
         for name in model.signatures:
             report["signatures"][name]["served_check"] = {"error": str(e), "published": "original",
@@ -356,10 +353,7 @@ def convert(src: str, output_dir: str, options: Options = Options()) -> dict:
             stage("profiling original vs optimized")
             kept = _profile(run, staged)
             watch.lap("profile")
-            # the optimized graph of these signatures is not measured faster: publish the user's graph (those the
-            # served check sent back are written so already)
-            if any((report["signatures"][name].get("served_check") or {}).get("published") != "original"
-                   for name in kept):
+            if kept:    # the optimized graph of these signatures is not measured faster: publish the user's graph
                 _publish_original(run, staged, kept)
         interrupt.check()
         pending = _deploy_extras(run, staged)

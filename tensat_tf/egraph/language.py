@@ -86,18 +86,21 @@ FLOAT_KEEPING = ("Reshape", "Mul", "AddV2", "Sub", "Neg", "Pad", "Slice", "Trans
                  "Sum")
 
 
-def _floating_rules(spec: ops.OpSpec) -> list[str]:
+def _pattern(spec: ops.OpSpec) -> tuple[str, list[str]]:
+    """The op's term with a variable per literal and per tensor input, and the tensor inputs' variables."""
     lits = [f"l{i}" for i in range(len(spec.literals))]
     xs = [f"x{i}" for i in range(spec.n_tensor_inputs)]
-    term = f"({spec.term} {' '.join(lits + xs)})"
+    return f"({spec.term} {' '.join(lits + xs)})", xs
+
+
+def _floating_rules(spec: ops.OpSpec) -> list[str]:
+    term, xs = _pattern(spec)
     return [f"(rule ((= t {term}) (IsConst t) (Floating {x})) ((Floating t)) :ruleset shapes)" for x in xs]
 
 
 def _const_rule(spec: ops.OpSpec) -> str:
     """IsConst: a typed term whose tensor inputs are all weight-only is weight-only (folded at emit, costs 0)."""
-    lits = [f"l{i}" for i in range(len(spec.literals))]
-    xs = [f"x{i}" for i in range(spec.n_tensor_inputs)]
-    term = f"({spec.term} {' '.join(lits + xs)})"
+    term, xs = _pattern(spec)
     consts = " ".join(f"(IsConst {x})" for x in xs)
     if spec.output_sort == "Tensor":
         return f"(rule ((= t {term}) {consts}) ((IsConst t)) :ruleset shapes)"
