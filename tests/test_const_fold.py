@@ -1,8 +1,9 @@
-"""rules/const_fold.rules (and F30 of tf_fold.rules, F29 of pixel_matmul.rules) end to end: on small graphs shaped
-like what Keras 3 exports leave after Grappler (MobileNetV3's hard-swish before a depthwise conv, Xception's
-residual of two biased branches, a residual add after a folded BatchNorm, DenseNet's transition and pre-activation
-batch norm, a squeeze-excite block's one-pixel convs), the pass takes the folded forms, the graph loses the nodes, and
-the values stay the same."""
+"""rules/const_fold.rules (and F30, F38 and F39 of tf_fold.rules, F29 of pixel_matmul.rules) end to end: on small
+graphs shaped like what Keras 3 exports leave after Grappler (MobileNetV3's hard-swish before a depthwise conv,
+Xception's residual of two biased branches, a residual add after a folded BatchNorm, DenseNet's transition and
+pre-activation batch norm, a squeeze-excite block's one-pixel convs as MatMuls, F38, or batch matmuls, F29; a
+bottleneck's 1x1 conv as a MatMul, F39), the pass takes the folded forms, the graph loses the nodes, and the values
+stay the same."""
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -48,6 +49,11 @@ def _squeeze_excite(x):
     return x * tf.sigmoid(tf.nn.bias_add(tf.nn.conv2d(h, _const(1, 1, 2, 4), 1, "VALID"), _const(4)))
 
 
+def _bottleneck(x):
+    # DenseNet's and ResNet's 1x1 conv without bias after a ReLU on a small image: a MatMul of the pixel rows (F39)
+    return tf.nn.conv2d(tf.nn.relu(x), _const(1, 1, 4, 8), 1, "VALID")
+
+
 def _transition(x):
     return tf.nn.avg_pool2d(tf.nn.conv2d(tf.nn.relu(x), _const(1, 1, 4, 2), 1, "VALID"), 2, 2, "VALID")
 
@@ -63,24 +69,32 @@ def _preactivation_bn(x, negative_channel=None):
     return tf.nn.conv2d(r, _const(3, 3, 8, 4), 1, "SAME")
 
 
-@pytest.mark.parametrize("build, rule, fewer_ops", [
-    (lambda x: _hard_swish_depthwise(x, after_conv=False), "C07-depthwise-scalar-in", {"Mul": 1}),
-    (_hard_swish_depthwise, "A07-relu6-product-scalar-in", {"Mul": 0}),
-    (_residual_biases, "C17-residual-biases-join", {"AddV2": 2, "BiasAdd": -1}),   # 3 adds: 1 AddV2 + 1 BiasAdd
-    (_transition, "C18-avgpool-conv1x1-swap", {}),
-    (_residual_after_bn, "C19-residual-bias-onto-right", {"AddN": 1, "AddV2": 0, "BiasAdd": -1}),
-    (_squeeze_excite, "F29-pixel-conv-as-batch-matmul", {"Conv2D": 2, "BatchMatMulV2": -2}),
-    (_preactivation_bn, "P03-conv-positive-channel-scale-in", {"Mul": 1}),
-    (lambda x: _preactivation_bn(x, negative_channel=3), None, {"Mul": 0}),
+@pytest.mark.parametrize("build, rule, fewer_ops, disable", [
+    (lambda x: _hard_swish_depthwise(x, after_conv=False), "C07-depthwise-scalar-in", {"Mul": 1}, ()),
+    # the 1x1 conv kept a conv (F39 off), whose bias and hard swish the remapper fuses in A07's form
+    (_hard_swish_depthwise, "A07-relu6-product-scalar-in", {"Mul": 0}, ("F39-conv1x1-as-matmul",)),
+    (_residual_biases, "C17-residual-biases-join", {"AddV2": 2, "BiasAdd": -1}, ()),   # 1 AddV2 + 1 BiasAdd left
+    # F39 off where the 1x1 conv is to stay a conv: these rules are about the conv's neighbours
+    (_transition, "C18-avgpool-conv1x1-swap", {}, ("F39-conv1x1-as-matmul",)),
+    (_residual_after_bn, "C19-residual-bias-onto-right", {"AddN": 1, "AddV2": 0, "BiasAdd": -1},
+     ("F39-conv1x1-as-matmul",)),
+    # the conv's bias stays a BiasAdd after the reshape back to one pixel: the remapper has no MatMul to fuse it into
+    (_squeeze_excite, "F38-pixel-conv-as-matmul", {"Conv2D": 2, "MatMul": -2, "BiasAdd": 0}, ()),
+    (_bottleneck, "F39-conv1x1-as-matmul", {"Conv2D": 1, "MatMul": -1}, ()),
+    (_squeeze_excite, "F29-pixel-conv-as-batch-matmul", {"Conv2D": 2, "BatchMatMulV2": -2},
+     ("F38-pixel-conv-as-matmul", "F39-conv1x1-as-matmul")),
+    (_preactivation_bn, "P03-conv-positive-channel-scale-in", {"Mul": 1}, ()),
+    (lambda x: _preactivation_bn(x, negative_channel=3), None, {"Mul": 0}, ()),
 ])
-def test_const_fold_applies_and_keeps_values(build, rule, fewer_ops):
+def test_const_fold_applies_and_keeps_values(build, rule, fewer_ops, disable):
     g = tf.Graph()
     with g.as_default():
         x = tf.compat.v1.placeholder(tf.float32, [None, 8, 8, 4], name="x")
         tf.identity(build(x), name="out")
     gd = g.as_graph_def()
     item = GrapplerItem(feeds=["x:0"], fetches=["out:0"])
-    p = TensatPass(EngineOptions(enable_rules=["tf-fold", "pixel-matmul"], min_gain=0.0))   # a toy graph: any gain
+    p = TensatPass(EngineOptions(enable_rules=["tf-fold", "pixel-matmul"], disable_rules=disable,
+                                 min_gain=0.0))   # a toy graph: any gain
     out = p.optimize(gd, item)
     if rule:
         assert p.stats.rules_applied.get(rule), p.stats.rules_applied
@@ -109,7 +123,8 @@ def test_channel_scale_runs_as_depthwise_on_large_tensors_only(hw, depthwise):
         tf.identity(tf.nn.conv2d(r, _const(1, 1, 64, 16), 1, "SAME"), name="out")
     gd = g.as_graph_def()
     item = GrapplerItem(feeds=["x:0"], fetches=["out:0"])
-    p = TensatPass(EngineOptions(enable_rules=["tf-fold"], min_gain=0.0))
+    # the 1x1 conv stays a conv (F39 off): the choice under test is the scale's, folded into it or a depthwise conv
+    p = TensatPass(EngineOptions(enable_rules=["tf-fold"], disable_rules=["F39-conv1x1-as-matmul"], min_gain=0.0))
     out = p.optimize(gd, item)
     matched = [it["matches"].get("F30-channel-scale-as-depthwise") for it in p.stats.saturation["per_iteration"]]
     assert any(matched)         # offered both times: the cost model decides
@@ -138,3 +153,26 @@ def test_an_integer_channel_scale_stays_a_mul():
     data = RNG.integers(-5, 5, size=(2, 64, 64, 32)).astype(np.int32)
     want, got = (run_graph(graph_def, item, [data])[0] for graph_def in (gd, out))
     np.testing.assert_array_equal(want, got)
+
+
+@pytest.mark.parametrize("hw, cin, cout, matmul", [(4, 256, 512, True), (32, 32, 64, False)])
+def test_conv1x1_runs_as_matmul_on_small_images_only(hw, cin, cout, matmul):
+    """Rule F39 and its price: a 1x1 conv + bias + ReLU6 measured 1.14x faster as a MatMul of the pixel rows (the bias
+    and ReLU6 then separate kernels) at 4x4x256 -> 512, and 0.81x at 32x32x32 -> 64, where the conv's fused epilogue
+    saves two passes over 65k elements (`python tools/bench_forms.py --experiments=conv1x1`, BENCHMARKS.md "Small
+    convolutions as plain MatMuls"). The rule applies in both; extraction takes the MatMul only in the first."""
+    g = tf.Graph()
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, hw, hw, cin], name="x")
+        y = tf.nn.conv2d(tf.nn.relu(x), _const(1, 1, cin, cout), 1, "SAME")
+        tf.identity(tf.nn.relu6(tf.nn.bias_add(y, _const(cout))), name="out")
+    gd = g.as_graph_def()
+    item = GrapplerItem(feeds=["x:0"], fetches=["out:0"])
+    p = TensatPass(EngineOptions(enable_rules=["tf-fold"], min_gain=0.0))
+    out = p.optimize(gd, item)
+    matched = [it["matches"].get("F39-conv1x1-as-matmul") for it in p.stats.saturation["per_iteration"]]
+    assert any(matched)
+    assert sum(n.op == "MatMul" for n in out.node) == matmul and sum(n.op == "Conv2D" for n in out.node) == 1 - matmul
+    data = RNG.normal(size=(2, hw, hw, cin)).astype(np.float32)
+    want, got = (run_graph(graph_def, item, [data])[0] for graph_def in (gd, out))
+    assert np.max(np.abs(want - got)) <= 1e-5 * np.max(np.abs(want))

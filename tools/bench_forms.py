@@ -15,8 +15,12 @@ Experiments (each a chain of a few copies of the pattern, so that it outweighs t
                   Reshape + MatMul + Reshape, or a broadcast Mul + Sum; weights constant or variables
   se_block        a whole squeeze-excite block as Keras writes it (global mean without its axes, Reshape to
                   [b, 1, 1, C], two 1x1 convs with bias, the gate multiplied into the block's input): the FCs as
-                  BatchMatMulV2 on [b, 1, 1, C] (rule F29's form), or as 2-D MatMuls on the mean's [b, C] rows with
-                  the Reshape moved after them; ReLU + hard sigmoid (MobileNetV3) or swish + sigmoid (EfficientNet)
+                  BatchMatMulV2 on [b, 1, 1, C] (rule F29's form), as 2-D MatMuls on the mean's [b, C] rows with
+                  the Reshape moved after them (bias fused into the MatMul), or as 2-D MatMuls each reshaped back
+                  to [b, 1, 1, K] before its bias (rule F38's form: a plain MatMul, the bias a separate kernel); ReLU
+                  + hard sigmoid (MobileNetV3) or swish + sigmoid (EfficientNet)
+  conv1x1         a 1x1 conv + bias + ReLU6 on a small image, as the conv (bias and ReLU6 fused) or as rule F39's
+                  MatMul of the pixel rows, reshaped back before the bias
   preact_bias     a per-channel bias before Relu and a 1x1 conv (DenseNet's, ResNetV2's pre-activation): AddV2 of a
                   [1, 1, 1, C] constant or BiasAdd
   small_m         x [M, K] by a variable weight [K, N] at small M: MatMul, BatchMatMulV2, Einsum, MatMul(transpose_b)
@@ -50,8 +54,8 @@ os.environ.setdefault("TF_OVERRIDE_GLOBAL_THREADPOOL", "1")
 import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
 
-EXPERIMENTS = ("residual_addn", "layer_norm", "se_fc", "se_block", "preact_bias", "small_m", "batch_matmul_dense",
-               "einsum_dense", "position_gather", "conv1d", "dilated")
+EXPERIMENTS = ("residual_addn", "layer_norm", "se_fc", "se_block", "conv1x1", "preact_bias", "small_m",
+               "batch_matmul_dense", "einsum_dense", "position_gather", "conv1d", "dilated")
 flags.DEFINE_list("experiments", list(EXPERIMENTS), f"Any of {', '.join(EXPERIMENTS)}.")
 flags.DEFINE_integer("blocks", 16, "Paired blocks per comparison.")
 flags.DEFINE_integer("runs", 20, "Session.run calls of each form per block (the block's median is compared).")
@@ -233,11 +237,17 @@ def se_block(tf):
                       for _ in range(COPIES)]
                 inner = tf.nn.relu if act == "relu" else tf.nn.silu
                 gate = (lambda t: tf.nn.relu6(t + 3.0) * (1.0 / 6.0)) if act == "relu" else tf.sigmoid
-                for form in ("Conv2D", "BatchMatMulV2", "MatMul"):
+                for form in ("Conv2D", "BatchMatMulV2", "MatMul", "MatMul, bias after reshape"):
                     y = f.x
                     for w1, b1, w2, b2 in ws:
                         m = tf.reduce_mean(y, [1, 2])
-                        if form == "MatMul":
+                        if form == "MatMul, bias after reshape":
+                            def fc(t, w, b, n):
+                                return tf.nn.bias_add(tf.reshape(tf.linalg.matmul(tf.reshape(t, [-1, n]), w),
+                                                                 [-1, 1, 1, w.shape[-1]]), b)
+                            s = inner(fc(m, tf.reshape(w1, [c, k]), b1, c))
+                            s = gate(fc(s, tf.reshape(w2, [k, c]), b2, k))
+                        elif form == "MatMul":
                             s = inner(tf.nn.bias_add(tf.linalg.matmul(m, tf.reshape(w1, [c, k])), b1))
                             s = tf.reshape(gate(tf.nn.bias_add(tf.linalg.matmul(s, tf.reshape(w2, [k, c])), b2)),
                                            [-1, 1, 1, c])
@@ -252,6 +262,28 @@ def se_block(tf):
                         y = y * s
                     f.forms[form] = y
             rows += compare(tf, f"squeeze-excite {h}x{h}x{c} -> {k} -> {c}, {act}", f)
+    return rows
+
+
+def conv1x1(tf):
+    rows = []
+    for h, c, k in ((2, 512, 1024), (4, 256, 512), (4, 512, 512), (8, 128, 256), (16, 64, 128), (32, 32, 64)):
+        f = Forms(tf, (1, h, h, c))
+        with f.graph.as_default():
+            ws = [(f.weight((1, 1, c, k), 0.05), f.weight((k,))) for _ in range(COPIES)]
+            outputs = {}
+            for form in ("Conv2D", "MatMul, bias after reshape"):
+                ys = []
+                for i, (w, b) in enumerate(ws):
+                    x = f.x + float(i)      # a distinct input per copy (k != c: the copies read the input side by side)
+                    if form == "Conv2D":
+                        y = tf.nn.conv2d(x, w, 1, "SAME")
+                    else:
+                        y = tf.reshape(tf.linalg.matmul(tf.reshape(x, [-1, c]), tf.reshape(w, [c, k])), [-1, h, h, k])
+                    ys.append(tf.nn.relu6(tf.nn.bias_add(y, b)))
+                outputs[form] = ys
+            f.sum_forms(outputs, 3)
+        rows += compare(tf, f"1x1 conv + bias + ReLU6 {h}x{h}x{c} -> {k}", f)
     return rows
 
 
