@@ -124,8 +124,7 @@ def test_channel_scale_runs_as_depthwise_on_large_tensors_only(hw, depthwise):
         tf.identity(tf.nn.conv2d(r, _const(1, 1, 64, 16), 1, "SAME"), name="out")
     gd = g.as_graph_def()
     item = GrapplerItem(feeds=["x:0"], fetches=["out:0"])
-    # the 1x1 conv stays a conv (F39 off): the choice under test is the scale's, folded into it or a depthwise conv
-    p = TensatPass(EngineOptions(enable_rules=["tf-fold"], disable_rules=["F39-conv1x1-as-matmul"], min_gain=0.0))
+    p = TensatPass(EngineOptions(enable_rules=["tf-fold"], min_gain=0.0))
     out = p.optimize(gd, item)
     matched = [it["matches"].get("F30-channel-scale-as-depthwise") for it in p.stats.saturation["per_iteration"]]
     assert any(matched)         # offered both times: the cost model decides

@@ -227,6 +227,13 @@ def se_fc(tf):
     return rows
 
 
+def _matmul_bias_after_reshape(tf, x, w, b, shape):
+    """Rules F38's / F39's form of a 1x1 conv by the [1, 1, C, K] filter w: x's rows of C by w as a [C, K] matrix,
+    reshaped to `shape` before the bias, so that TF's remapper fuses nothing into the MatMul."""
+    c, k = w.shape[2], w.shape[3]
+    return tf.nn.bias_add(tf.reshape(tf.linalg.matmul(tf.reshape(x, [-1, c]), tf.reshape(w, [c, k])), shape), b)
+
+
 def se_block(tf):
     rows = []
     for h, c, k in ((8, 16, 8), (4, 96, 24), (4, 240, 64), (2, 576, 144)):
@@ -242,11 +249,8 @@ def se_block(tf):
                     for w1, b1, w2, b2 in ws:
                         m = tf.reduce_mean(y, [1, 2])
                         if form == "MatMul, bias after reshape":
-                            def fc(t, w, b, n):
-                                return tf.nn.bias_add(tf.reshape(tf.linalg.matmul(tf.reshape(t, [-1, n]), w),
-                                                                 [-1, 1, 1, w.shape[-1]]), b)
-                            s = inner(fc(m, tf.reshape(w1, [c, k]), b1, c))
-                            s = gate(fc(s, tf.reshape(w2, [k, c]), b2, k))
+                            s = inner(_matmul_bias_after_reshape(tf, m, w1, b1, [-1, 1, 1, k]))
+                            s = gate(_matmul_bias_after_reshape(tf, s, w2, b2, [-1, 1, 1, c]))
                         elif form == "MatMul":
                             s = inner(tf.nn.bias_add(tf.linalg.matmul(m, tf.reshape(w1, [c, k])), b1))
                             s = tf.reshape(gate(tf.nn.bias_add(tf.linalg.matmul(s, tf.reshape(w2, [k, c])), b2)),
@@ -276,11 +280,9 @@ def conv1x1(tf):
                 ys = []
                 for i, (w, b) in enumerate(ws):
                     x = f.x + float(i)      # a distinct input per copy (k != c: the copies read the input side by side)
-                    if form == "Conv2D":
-                        y = tf.nn.conv2d(x, w, 1, "SAME")
-                    else:
-                        y = tf.reshape(tf.linalg.matmul(tf.reshape(x, [-1, c]), tf.reshape(w, [c, k])), [-1, h, h, k])
-                    ys.append(tf.nn.relu6(tf.nn.bias_add(y, b)))
+                    y = (tf.nn.bias_add(tf.nn.conv2d(x, w, 1, "SAME"), b) if form == "Conv2D"
+                         else _matmul_bias_after_reshape(tf, x, w, b, [-1, h, h, k]))
+                    ys.append(tf.nn.relu6(y))
                 outputs[form] = ys
             f.sum_forms(outputs, 3)
         rows += compare(tf, f"1x1 conv + bias + ReLU6 {h}x{h}x{c} -> {k}", f)
