@@ -30,6 +30,7 @@ from tensat_tf.egraph.saturate import StopReason, saturate
 from tensat_tf.extract import NoExtraction, dag, extract
 from tensat_tf.item import GrapplerItem
 from tensat_tf.options import EngineOptions
+from tensat_tf.passes import remapper_guard
 from tensat_tf.stopwatch import Stopwatch
 from tensat_tf.rules.syntax import is_var
 
@@ -49,6 +50,7 @@ class TensatStats:
     extraction: dict = dataclasses.field(default_factory=dict)
     rules_applied: dict = dataclasses.field(default_factory=dict)
     kept_input: str = ""                               # why the input graph was returned unchanged ("" if not)
+    remapper_guarded: bool = False                     # the output passed the Grappler check in the guard's form
     timing_s: dict = dataclasses.field(default_factory=dict)
 
     def to_json(self) -> dict:
@@ -58,7 +60,7 @@ class TensatStats:
                        "stop_reason": self.stop_reason, "typed_nodes": self.typed_nodes,
                        "opaque_nodes": self.opaque_nodes, "cycle_blacklisted": self.blacklisted,
                        "saturation": self.saturation, "timing_s": self.timing_s},
-            "extraction": dict(self.extraction, kept_input=self.kept_input),
+            "extraction": dict(self.extraction, kept_input=self.kept_input, remapper_guarded=self.remapper_guarded),
             "rules_applied": self.rules_applied,
         }
 
@@ -139,9 +141,12 @@ class _Prepared:
 class TensatPass:
     name = NAME
 
-    def __init__(self, options: EngineOptions = EngineOptions(), progress=None):
-        """progress: optional callable taking one line of text (saturation iterations, extraction), for displays."""
+    def __init__(self, options: EngineOptions = EngineOptions(), progress=None, remapper_guard: bool = True):
+        """progress: optional callable taking one line of text (saturation iterations, extraction), for displays.
+        remapper_guard: whether an output TF's Grappler fails on may pass in passes/remapper_guard.py's form
+        (convert's Options.remapper_guard: the user who turns the guard off gets the input instead)."""
         self.options = options
+        self.remapper_guard = remapper_guard
         self.progress = progress or (lambda text: None)
         self.stats: Optional[TensatStats] = None
         self.ruleset = rules_mod.select(options.enable_rules, options.disable_rules, options.rules_files)
@@ -282,6 +287,14 @@ class TensatPass:
         out = emit_mod.emit(ing, exp, res.choice)
         lap("emit")
         failed = grappler.runtime_error(out, item, o.min_variable_elements)
+        if failed is not None and self.remapper_guard and (guarded := remapper_guard.optimize(out, item)) is not out \
+                and grappler.runtime_error(guarded, item, o.min_variable_elements) is None:
+            # the remapper's failure on a residual Add read by an activation and by another node: the guard's equal
+            # form of the activation (passes/remapper_guard.py, run after this pass by default) avoids it. F39 made
+            # Xception's whole residual chain such sums: its MatMuls give the chain static H and W, and Grappler
+            # fuses a conv + bias + Add only where both shapes are known equal.
+            out, failed = guarded, None
+            stats.remapper_guarded = True
         lap("grappler_check")
         if failed is not None and grappler.runtime_error(graph_def, item, o.min_variable_elements) is None:
             # TF would run the rewritten graph without that optimizer's fusions: keep what it runs well

@@ -314,7 +314,8 @@ def convert(src: str, output_dir: str, options: Options = Options()) -> dict:
             continue
         optimized[run.same_key(name)] = name
         stage(f"optimizing signature {name} ({i + 1}/{len(model.signatures)}): canonicalize, saturate, extract")
-        tensat_pass = TensatPass(options.engine, progress=lambda text, name=name: stage(f"signature {name}: {text}"))
+        tensat_pass = TensatPass(options.engine, progress=lambda text, name=name: stage(f"signature {name}: {text}"),
+                                 remapper_guard=options.remapper_guard)
         passes = (([canonicalize] if options.canonicalize else []) + ([grouped_conv] if options.grouped_conv else [])
                   + ([shapes] if options.fold_shapes else []) + [tensat_pass]
                   + ([remapper_guard] if options.remapper_guard else []))

@@ -495,7 +495,8 @@ def test_a_pass_writes_keras_hard_swish_in_the_form_tf_fuses():
         h = hs(tf.nn.bias_add(tf.nn.depthwise_conv2d(h, const(3, 3, 8, 1), [1, 1, 1, 1], "SAME"), const(8)))
         tf.identity(tf.nn.conv2d(h, const(1, 1, 8, 4), 1, "SAME"), name="out")
     gd, item = g.as_graph_def(), GrapplerItem(feeds=("x:0",), fetches=("out:0",))
-    p = TensatPass(EngineOptions())
+    # the convs stay convs (F39 off), the forms under test being those TF fuses into a conv
+    p = TensatPass(EngineOptions(disable_rules=["F39-conv1x1-as-matmul"]))
     out = p.optimize(gd, item)
     by = {n.name: n for n in out.node}
     src = lambda i: by[i.split(":")[0]]  # noqa: E731

@@ -70,6 +70,43 @@ def test_no_hazard_leaves_the_graph_alone():
         assert remapper_guard.optimize(gd, item) is gd
 
 
+def _residual_chain():
+    """x -> 1x1 conv + bias = s; twice s <- s + bias(conv3x3(relu(s))); relu(s): two residual Adds, each read by the
+    next block's ReLU and by the next Add."""
+    g = tf.Graph()
+    rng = np.random.RandomState(0)
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 4, 4, 32], name="x")
+        s = tf.nn.bias_add(tf.nn.conv2d(x, tf.constant(rng.randn(1, 1, 32, 32).astype("f")), 1, "SAME"),
+                           tf.constant(rng.randn(32).astype("f")))
+        for k in range(2):
+            y = tf.nn.bias_add(tf.nn.conv2d(tf.nn.relu(s), tf.constant(rng.randn(3, 3, 32, 32).astype("f")), 1, "SAME"),
+                               tf.constant(rng.randn(32).astype("f")))
+            s = tf.add(s, y, name=f"add{k}")
+        tf.identity(tf.nn.relu(s), name="y")
+    return g.as_graph_def(), GrapplerItem(feeds=("x:0",), fetches=("y:0",))
+
+
+@ONEDNN
+def test_the_tensat_pass_passes_grapplers_check_in_the_guards_form():
+    """Offline Grappler (tensat_tf/grappler.py, the tensat pass's check) fails on the residual chain, as it did on
+    Xception's chain once rule F39 gave it static shapes; the guard's form passes, and the pass returns that form
+    unless the user turned the guard off."""
+    from tensat_tf import grappler
+    from tensat_tf.passes.tensat import TensatPass
+    gd, item = _residual_chain()
+    assert "Mutation::Apply error" in (grappler.runtime_error(gd, item) or "")
+    assert grappler.runtime_error(remapper_guard.optimize(gd, item), item) is None
+    p = TensatPass()
+    out = p.optimize(gd, item)
+    assert p.stats.rules_applied and p.stats.remapper_guarded and not p.stats.kept_input
+    assert grappler.runtime_error(out, item) is None and "Maximum" in {n.op for n in out.node}
+    feeds = [np.random.RandomState(1).randn(2, 4, 4, 32).astype("f")]
+    np.testing.assert_allclose(run_graph(out, item, feeds)[0], run_graph(gd, item, feeds)[0], rtol=1e-4, atol=1e-3)
+    off = TensatPass(remapper_guard=False)
+    out = off.optimize(gd, item)
+    assert not off.stats.remapper_guarded and "Maximum" not in {n.op for n in out.node}
+
 SERVE = textwrap.dedent("""
     import sys, numpy as np, tensorflow as tf
     f = tf.saved_model.load(sys.argv[1]).signatures["serving_default"]

@@ -54,7 +54,7 @@ os.environ.setdefault("TF_OVERRIDE_GLOBAL_THREADPOOL", "1")
 import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
 
-EXPERIMENTS = ("residual_addn", "layer_norm", "se_fc", "se_block", "conv1x1", "preact_bias", "small_m",
+EXPERIMENTS = ("residual_addn", "layer_norm", "se_fc", "se_block", "conv1x1", "sibling_conv1x1", "preact_bias", "small_m",
                "batch_matmul_dense", "einsum_dense", "position_gather", "conv1d", "dilated")
 flags.DEFINE_list("experiments", list(EXPERIMENTS), f"Any of {', '.join(EXPERIMENTS)}.")
 flags.DEFINE_integer("blocks", 16, "Paired blocks per comparison.")
@@ -288,6 +288,38 @@ def conv1x1(tf):
         rows += compare(tf, f"1x1 conv + bias + ReLU6 {h}x{h}x{c} -> {k}", f)
     return rows
 
+
+def sibling_conv1x1(tf):
+    """An Inception branch head: 1x1 convs + bias + Relu side by side on one input, at Inception-ResNet-v2's shapes
+    (75x75 images: block35, block17, block8). Rules MERGE-CONV-BIAS-* write one conv of the joined filters and a
+    SplitV, F39 a MatMul each; the joined filters are one weight, as the rewritten graph holds them."""
+    rows = []
+    for h, c, ks in ((7, 320, (32, 32, 32)), (3, 1088, (192, 128)), (1, 2080, (192, 192))):
+        f = Forms(tf, (1, h, h, c))
+        with f.graph.as_default():
+            values = [[((0.05 * f.rng.standard_normal((1, 1, c, k))).astype(np.float32),
+                        (0.1 * f.rng.standard_normal(k)).astype(np.float32)) for k in ks] for _ in range(COPIES)]
+            outputs = {}
+            for form in ("Conv2D each", "one Conv2D + SplitV", "MatMul each, bias after reshape",
+                         "one MatMul, bias after reshape + SplitV"):
+                ys = []
+                for i, heads in enumerate(values):
+                    x = f.x + float(i)      # a distinct input per copy
+                    if form.startswith("one"):
+                        w = f.weight(None, value=np.concatenate([w for w, _ in heads], 3))
+                        b = f.weight(None, value=np.concatenate([b for _, b in heads]))
+                        y = (tf.nn.bias_add(tf.nn.conv2d(x, w, 1, "SAME"), b) if "Conv2D" in form
+                             else _matmul_bias_after_reshape(tf, x, w, b, [-1, h, h, sum(ks)]))
+                        ys += tf.split(tf.nn.relu(y), list(ks), 3)
+                        continue
+                    for w, b in heads:
+                        w, b, k = f.weight(None, value=w), f.weight(None, value=b), w.shape[3]
+                        ys.append(tf.nn.relu(tf.nn.bias_add(tf.nn.conv2d(x, w, 1, "SAME"), b) if "Conv2D" in form
+                                             else _matmul_bias_after_reshape(tf, x, w, b, [-1, h, h, k])))
+                outputs[form] = ys
+            f.sum_forms(outputs, 3)
+        rows += compare(tf, f"sibling 1x1 convs + bias + Relu {h}x{h}x{c} -> {'+'.join(map(str, ks))}", f)
+    return rows
 
 def preact_bias(tf):
     rows = []
