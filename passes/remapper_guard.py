@@ -13,7 +13,9 @@ a bias, their sum, a ReLU of it and a pool of it): the served SavedModel logs th
 runs its conv + bias as _MklNativeConv2DWithBias (the layout pass's fallback) next to a separate AddV2 and Relu.
 
 Offline Grappler (tensat_tf/grappler.py runtime_error, the tensat pass's check) does not reproduce it: on the same
-graph it fuses the conv and its bias only, with the batch dim unknown or set to 1. So the guard is structural: where
+graph it fuses the conv and its bias only, with the batch dim unknown or set to 1. It fails the same way only where
+its shape inference proves the Add's two shapes equal (static H and W: Xception's residual chain after rule F39,
+tests/test_remapper_guard.py), and is silent otherwise. So the guard is structural: where
 an activation the pattern takes (Relu, Relu6, Elu, LeakyRelu) reads a two-input Add whose other reader makes the
 fusion unsafe, and one of the Add's inputs is a bias (BiasAdd, or AddV2 by a tensor) with no other reader on a
 convolution or matmul, the activation is written in an equal form under its own name: Relu as Maximum(x, 0), Relu6 as

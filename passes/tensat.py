@@ -144,7 +144,8 @@ class TensatPass:
     def __init__(self, options: EngineOptions = EngineOptions(), progress=None, remapper_guard: bool = True):
         """progress: optional callable taking one line of text (saturation iterations, extraction), for displays.
         remapper_guard: whether an output TF's Grappler fails on may pass in passes/remapper_guard.py's form
-        (convert's Options.remapper_guard: the user who turns the guard off gets the input instead)."""
+        (convert's Options.remapper_guard: with it off, such an output is dropped for the input where the input
+        passes the check)."""
         self.options = options
         self.remapper_guard = remapper_guard
         self.progress = progress or (lambda text: None)
@@ -205,6 +206,7 @@ class TensatPass:
         self.stats.stop_reason = StopReason.ERROR.value
         self.stats.kept_input = f"the pass's output was rejected: {reason}"
         self.stats.rules_applied = {}
+        self.stats.remapper_guarded = False
         if self.stats.extraction.get("cost_before") is not None:
             self.stats.extraction["cost_after"] = self.stats.extraction["cost_before"]
 
@@ -292,7 +294,8 @@ class TensatPass:
             # the remapper's failure on a residual Add read by an activation and by another node: the guard's equal
             # form of the activation (passes/remapper_guard.py, run after this pass by default) avoids it. F39 made
             # Xception's whole residual chain such sums: its MatMuls give the chain static H and W, and Grappler
-            # fuses a conv + bias + Add only where both shapes are known equal.
+            # fuses a conv + bias + Add only where both shapes are known equal. The prices stay the extraction's: the
+            # guard's activation runs unfused either way (its Add has two readers).
             out, failed = guarded, None
             stats.remapper_guarded = True
         lap("grappler_check")

@@ -107,6 +107,24 @@ def test_the_tensat_pass_passes_grapplers_check_in_the_guards_form():
     out = off.optimize(gd, item)
     assert not off.stats.remapper_guarded and "Maximum" not in {n.op for n in out.node}
 
+
+@ONEDNN
+def test_an_input_grappler_passes_gives_way_to_the_guards_form_not_back(monkeypatch):
+    """Xception's case: the input passes Grappler's check (its shapes unknown to it), the pass's output fails it. The
+    output in the guard's form is returned; with the guard off, the input."""
+    from tensat_tf import grappler
+    from tensat_tf.passes.tensat import TensatPass
+    gd, item = _residual_chain()
+    check = grappler.runtime_error
+    monkeypatch.setattr(grappler, "runtime_error", lambda g, *a: None if g is gd else check(g, *a))
+    p = TensatPass()
+    out = p.optimize(gd, item)
+    assert out is not gd and p.stats.remapper_guarded and "Maximum" in {n.op for n in out.node}
+    off = TensatPass(remapper_guard=False)
+    assert off.optimize(gd, item) is gd
+    assert off.stats.kept_input.startswith("TF's Grappler fails") and not off.stats.rules_applied
+
+
 SERVE = textwrap.dedent("""
     import sys, numpy as np, tensorflow as tf
     f = tf.saved_model.load(sys.argv[1]).signatures["serving_default"]

@@ -21,6 +21,9 @@ Experiments (each a chain of a few copies of the pattern, so that it outweighs t
                   + hard sigmoid (MobileNetV3) or swish + sigmoid (EfficientNet)
   conv1x1         a 1x1 conv + bias + ReLU6 on a small image, as the conv (bias and ReLU6 fused) or as rule F39's
                   MatMul of the pixel rows, reshaped back before the bias
+  sibling_conv1x1 an Inception branch head, 1x1 convs + bias + Relu side by side on one input at Inception-ResNet-v2's
+                  shapes: a conv each, one conv of the joined filters + SplitV (rules MERGE-CONV-BIAS-*), a MatMul
+                  each (F39), or one MatMul + SplitV
   preact_bias     a per-channel bias before Relu and a 1x1 conv (DenseNet's, ResNetV2's pre-activation): AddV2 of a
                   [1, 1, 1, C] constant or BiasAdd
   small_m         x [M, K] by a variable weight [K, N] at small M: MatMul, BatchMatMulV2, Einsum, MatMul(transpose_b)
@@ -54,8 +57,8 @@ os.environ.setdefault("TF_OVERRIDE_GLOBAL_THREADPOOL", "1")
 import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
 
-EXPERIMENTS = ("residual_addn", "layer_norm", "se_fc", "se_block", "conv1x1", "sibling_conv1x1", "preact_bias", "small_m",
-               "batch_matmul_dense", "einsum_dense", "position_gather", "conv1d", "dilated")
+EXPERIMENTS = ("residual_addn", "layer_norm", "se_fc", "se_block", "conv1x1", "sibling_conv1x1", "preact_bias",
+               "small_m", "batch_matmul_dense", "einsum_dense", "position_gather", "conv1d", "dilated")
 flags.DEFINE_list("experiments", list(EXPERIMENTS), f"Any of {', '.join(EXPERIMENTS)}.")
 flags.DEFINE_integer("blocks", 16, "Paired blocks per comparison.")
 flags.DEFINE_integer("runs", 20, "Session.run calls of each form per block (the block's median is compared).")
@@ -320,6 +323,7 @@ def sibling_conv1x1(tf):
             f.sum_forms(outputs, 3)
         rows += compare(tf, f"sibling 1x1 convs + bias + Relu {h}x{h}x{c} -> {'+'.join(map(str, ks))}", f)
     return rows
+
 
 def preact_bias(tf):
     rows = []
