@@ -237,6 +237,13 @@ def _matmul_bias_after_reshape(tf, x, w, b, shape):
     return tf.nn.bias_add(tf.reshape(tf.linalg.matmul(tf.reshape(x, [-1, c]), tf.reshape(w, [c, k])), shape), b)
 
 
+def _conv1x1_bias(tf, x, w, b, shape, as_matmul: bool):
+    """x by the 1x1 filter w plus the bias b: the conv (TF's remapper fuses the bias into it), or as_matmul, rule
+    F39's MatMul form reshaped to `shape`."""
+    return (_matmul_bias_after_reshape(tf, x, w, b, shape) if as_matmul
+            else tf.nn.bias_add(tf.nn.conv2d(x, w, 1, "SAME"), b))
+
+
 def se_block(tf):
     rows = []
     for h, c, k in ((8, 16, 8), (4, 96, 24), (4, 240, 64), (2, 576, 144)):
@@ -283,9 +290,7 @@ def conv1x1(tf):
                 ys = []
                 for i, (w, b) in enumerate(ws):
                     x = f.x + float(i)      # a distinct input per copy (k != c: the copies read the input side by side)
-                    y = (tf.nn.bias_add(tf.nn.conv2d(x, w, 1, "SAME"), b) if form == "Conv2D"
-                         else _matmul_bias_after_reshape(tf, x, w, b, [-1, h, h, k]))
-                    ys.append(tf.nn.relu6(y))
+                    ys.append(tf.nn.relu6(_conv1x1_bias(tf, x, w, b, [-1, h, h, k], form != "Conv2D")))
                 outputs[form] = ys
             f.sum_forms(outputs, 3)
         rows += compare(tf, f"1x1 conv + bias + ReLU6 {h}x{h}x{c} -> {k}", f)
@@ -305,20 +310,14 @@ def sibling_conv1x1(tf):
             outputs = {}
             for form in ("Conv2D each", "one Conv2D + SplitV", "MatMul each, bias after reshape",
                          "one MatMul, bias after reshape + SplitV"):
-                ys = []
+                ys, as_matmul = [], "MatMul" in form
                 for i, heads in enumerate(values):
                     x = f.x + float(i)      # a distinct input per copy
                     if form.startswith("one"):
-                        w = f.weight(None, value=np.concatenate([w for w, _ in heads], 3))
-                        b = f.weight(None, value=np.concatenate([b for _, b in heads]))
-                        y = (tf.nn.bias_add(tf.nn.conv2d(x, w, 1, "SAME"), b) if "Conv2D" in form
-                             else _matmul_bias_after_reshape(tf, x, w, b, [-1, h, h, sum(ks)]))
-                        ys += tf.split(tf.nn.relu(y), list(ks), 3)
-                        continue
-                    for w, b in heads:
-                        w, b, k = f.weight(None, value=w), f.weight(None, value=b), w.shape[3]
-                        ys.append(tf.nn.relu(tf.nn.bias_add(tf.nn.conv2d(x, w, 1, "SAME"), b) if "Conv2D" in form
-                                             else _matmul_bias_after_reshape(tf, x, w, b, [-1, h, h, k])))
+                        heads = [(np.concatenate([w for w, _ in heads], 3), np.concatenate([b for _, b in heads]))]
+                    outs = [tf.nn.relu(_conv1x1_bias(tf, x, f.weight(None, value=w), f.weight(None, value=b),
+                                                     [-1, h, h, w.shape[3]], as_matmul)) for w, b in heads]
+                    ys += tf.split(outs[0], list(ks), 3) if form.startswith("one") else outs
                 outputs[form] = ys
             f.sum_forms(outputs, 3)
         rows += compare(tf, f"sibling 1x1 convs + bias + Relu {h}x{h}x{c} -> {'+'.join(map(str, ks))}", f)
