@@ -281,16 +281,22 @@ def se_block(tf):
 
 def conv1x1(tf):
     rows = []
-    for h, c, k in ((2, 512, 1024), (4, 256, 512), (4, 512, 512), (8, 128, 256), (16, 64, 128), (32, 32, 64)):
+    for h, c, k in ((2, 512, 1024), (4, 256, 512), (4, 512, 512), (8, 128, 256), (16, 64, 128), (32, 32, 64),
+                    (28, 128, 512), (56, 64, 256)):
         f = Forms(tf, (1, h, h, c))
         with f.graph.as_default():
             ws = [(f.weight((1, 1, c, k), 0.05), f.weight((k,))) for _ in range(COPIES)]
             outputs = {}
-            for form in ("Conv2D", "MatMul, bias after reshape"):
+            for form in ("Conv2D", "MatMul, bias after reshape", "MatMul + bias + ReLU6, then reshape"):
                 ys = []
                 for i, (w, b) in enumerate(ws):
                     x = f.x + float(i)      # a distinct input per copy (k != c: the copies read the input side by side)
-                    ys.append(tf.nn.relu6(_conv1x1_bias(tf, x, w, b, [-1, h, h, k], form != "Conv2D")))
+                    if form.endswith("then reshape"):       # the remapper fuses all three (no rule writes it)
+                        y = tf.nn.relu6(tf.nn.bias_add(tf.linalg.matmul(tf.reshape(x, [-1, c]), tf.reshape(w, [c, k])),
+                                                       b))
+                        ys.append(tf.reshape(y, [-1, h, h, k]))
+                    else:
+                        ys.append(tf.nn.relu6(_conv1x1_bias(tf, x, w, b, [-1, h, h, k], form != "Conv2D")))
                 outputs[form] = ys
             f.sum_forms(outputs, 3)
         rows += compare(tf, f"1x1 conv + bias + ReLU6 {h}x{h}x{c} -> {k}", f)
