@@ -170,9 +170,8 @@ class TensatPass:
         return _Prepared(exp, original, black, self._priced(exp, model, orig_ids, black))
 
     def _probe(self, ing, model):
-        """The saturation probe: the DAG cost the extractor finds in the e-graph as it is now and the lower bound it
-        proved (the same export, cycle filter and costs as below, with the ILP limited to probe_work and
-        probe_seconds). What it prepared and
+        """The saturation probe: the DAG cost the extractor finds in the e-graph as it is now (the same export, cycle
+        filter and costs as below, with the ILP limited to probe_work and probe_seconds). What it prepared and
         extracted is kept by iteration: saturation often leaves an e-graph a probe saw (when it stops for no gain,
         rolled back to the best probe's; after a probed iteration and others that changed nothing), and preparing it
         again (export, cycle filter, prices: 0.4 s of Inception-ResNet-v2's pass, BENCHMARKS.md) would give the
@@ -187,7 +186,7 @@ class TensatPass:
             except NoExtraction:
                 pass
             self._probes[iteration] = prep
-            return None if prep.probed is None else (prep.probed.dag_cost, prep.probed.bound)
+            return None if prep.probed is None else prep.probed.dag_cost
         return probe
 
     def optimize(self, graph_def, item: GrapplerItem):

@@ -72,8 +72,8 @@ MIN_VARIABLE_ELEMENTS = 1024
 UNKNOWN_DIM = 8
 
 
-# A probe's cost counts as better only when it is this fraction below the bound the best probe so far proved
-# (egraph/saturate.py; also the pass's extraction gap, EngineOptions.rel_gap): ConvNeXt-Tiny's probe fell by 0.03 % per iteration for three
+# A probe's cost counts as better only when it is this fraction below the best so far (egraph/saturate.py; also the
+# pass's extraction gap, EngineOptions.rel_gap): ConvNeXt-Tiny's probe fell by 0.03 % per iteration for three
 # iterations (2.4 s) that the final ILP, then stopping within 1 % of its bound, could not even tell apart. At 0.1 %
 # (until 2026-12-05) a step no measurement here can see (an A/A run spreads 1-2 %) still bought an iteration and a
 # probe: a 12-layer Keras encoder's fourth probe found 0.12 % and ran a fifth iteration and probe (2.2 s of an 8.6 s

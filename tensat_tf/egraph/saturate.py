@@ -6,8 +6,7 @@ Each iteration:
   2. `push`es, runs one iteration of the active rules as one combined ruleset (search all, then apply all, as egg
      does), then saturates the analysis (shapes, IsConst) so the next iteration's guards see the new terms, then runs
      the eager rules (rules/syntax.py `:schedule eager`: moves that pay only once a chain of them is done) to their
-     fixpoint, each round followed by the analysis; they are never backed off or banned, and run from the iteration
-     whose rules can write their left side;
+     fixpoint, each round followed by the analysis; they are never backed off or banned;
   3. backoff (egg's BackoffScheduler, which egglog 13.2 has only inside one run-schedule, so it cannot persist across
      our push/pop iterations): a rule whose matches exceed `match_limit << times_banned` is banned for
      `ban_length << times_banned` iterations and its matches are not applied: the iteration is `pop`ped and rerun
@@ -19,14 +18,13 @@ Each iteration:
      which the `shape` function refuses to merge), pops and bans the rules that raise when run alone for good; if
      none does, or the analysis raises with no rule run, stops with an error (the e-graph is the previous
      iteration's, but the cause is not a rule's: the pass keeps its input graph);
-  5. with a probe (the pass gives one: export + extraction of the current e-graph), stops when no probe has found a
-     cost PROBE_MIN_GAIN below the best probe's proven lower bound for `patience` iterations, and rolls the e-graph
-     back to the iteration of the best cost: on the transformer exports every gain (the Q/K/V merges) is in the first
-     iterations, and what associativity/commutativity add later only makes the ILP slower (and, under its time limit,
-     often worse). The probe starts after iteration 2 (the baseline), so a model that saturates in two iterations
-     (ResNet) pays nothing for it; its time counts neither against the time budget nor in the forecast of the next
-     iteration: it is bounded on its own (the pass's probe_work and probe_seconds), and a budget it spent would stop
-     saturation on the machine's speed;
+  5. with a probe (the pass gives one: export + extraction of the current e-graph), stops when the best cost has not
+     improved for `patience` iterations, and rolls the e-graph back to the iteration of the best cost: on the
+     transformer exports every gain (the Q/K/V merges) is in the first iterations, and what associativity/
+     commutativity add later only makes the ILP slower (and, under its time limit, often worse). The probe starts after
+     iteration 2 (the baseline), so a model that saturates in two iterations (ResNet) pays nothing for it; its
+     time counts neither against the time budget nor in the forecast of the next iteration: it is bounded on its own
+     (the pass's probe_work and probe_seconds), and a budget it spent would stop saturation on the machine's speed;
   6. stops with a typed reason: saturated (nothing changed and no rule is backed off: as in egg, when only backed-off
      rules are left, their bans are shortened so the earliest one ends now), iteration limit, node limit (nothing
      left to run under the limit), work limit, time limit, no gain, or error. The work limit counts the e-nodes the
@@ -72,8 +70,8 @@ class Backoff:
     """egg's BackoffScheduler state: per rule, how often it was banned and the iteration its ban ends.
 
     Rules with one left side and guards, the same up to variable names (`groups`: rule -> them), match the same
-    e-nodes and share one budget: their matches are summed, and the group is banned together. TENSAT's generated rules
-    state one identity in several operand orders (S036, S037, S040, S047, S057 and S058 all distribute a Mul over an
+    e-nodes and share one budget: their matches are summed, and the group is banned together. TENSAT's generated rules state
+    one identity in several operand orders (S036, S037, S040, S047, S057 and S058 all distribute a Mul over an
     AddV2): on a 12-layer GPT-2-style decoder each matched 798 layer-norm e-nodes in one iteration, under egg's limit
     of 1,000 alone, 4,788 together, and their e-nodes made the next iteration and its probe take 3 s for nothing the
     probe could extract (BENCHMARKS.md)."""
@@ -202,7 +200,6 @@ class Saturator:
         self.counter = 0
         self.loaded: set[str] = set()
         self.heads = {r.name: frozenset(set().union(*(_heads(src, set()) for src in r.sources))) for r in ruleset.rules}
-        self.adds = {r.name: frozenset(set().union(*(_heads(t, set()) for t in r.targets))) for r in ruleset.rules}
         self.eager: list[str] = []            # the eager rules that can match now (_eager)
         self.eager_set = ""                   # ... declared as this combined ruleset
 
@@ -229,27 +226,11 @@ class Saturator:
             report.updated = report.updated or eager.updated
         return report.matches, report.updated
 
-    def _reachable(self, present: set, names: list[str]) -> set:
-        """The constructors an e-graph holding `present` can hold after an iteration of `names` and the eager rules:
-        theirs and their right sides', closed under the eager rules that can then match. Eager rules loaded by this
-        run in the iteration whose step rules write their left side: F39's MatMul, reshaped back, gets its bias moved
-        onto it (F18) in the iteration that wrote it, not in a next one (DenseNet-169's pass: 4.27 -> 3.68 s, one
-        iteration and its probe fewer)."""
-        out = set(present).union(*(self.adds[n] for n in names))
-        grew = True
-        while grew:
-            grew = False
-            for r in self.rs.rules:
-                if r.eager and self.heads[r.name] <= out and not self.adds[r.name] <= out:
-                    out |= self.adds[r.name]
-                    grew = True
-        return out
-
     def _eager(self, present: set) -> None:
         """Load the eager rules (syntax.py `:schedule eager`) whose left side can match in an e-graph holding the
-        constructors `present`, and declare them as one ruleset when that set grew. It only grows (an eager rule once
-        loaded stays, though a ban may take the step rule that made it reachable): its size names it."""
-        names = [r.name for r in self.rs.rules if r.eager and (r.name in self.eager or self.heads[r.name] <= present)]
+        constructors `present`, and declare them as one ruleset when that set grew (right sides only add
+        constructors, so it only grows: its size names it)."""
+        names = [r.name for r in self.rs.rules if r.eager and self.heads[r.name] <= present]
         if names != self.eager:
             self._load(names)
             self.eager_set = self.session.combine(f"eager_{len(names)}_", [ruleset_name(n) for n in names])
@@ -334,7 +315,6 @@ class Saturator:
         probe_secs = 0.0                        # the probes' time: bounded by their own limits, not the budget's
         searched = 0                            # e-nodes searched so far: the work budget's measure
         best, stale = float("inf"), 0           # the probe's best cost so far, iterations since it improved
-        best_low = float("inf")                 # ... and the lower bound its extraction proved for that e-graph
         best_at = None                          # (iterations done, session depth) when the probe found `best`
         changed_at = 0                          # iterations done when the e-graph last changed
         reason, error = StopReason.ITERATION_LIMIT, None
@@ -342,7 +322,7 @@ class Saturator:
             present = {name for name, n in sizes.items() if n > 0}
             runnable = [r.name for r in self.rs.rules if r.name not in banned and (not r.multi or k < b.k_multi)
                         and self.heads[r.name] <= present and not r.eager]
-            self._eager(self._reachable(present, runnable))
+            self._eager(present)
             if not runnable and not self.eager:
                 reason = StopReason.SATURATED if not banned else StopReason.NODE_LIMIT
                 break
@@ -378,18 +358,10 @@ class Saturator:
             searched += size * (stats.rolled_back + (kept is not None))
             if updated and k > 0 and self.probe is not None and b.patience is not None:
                 tp = time.perf_counter()
-                probed = self.probe(self.session.egraph, k + 1)
+                stats.probe_cost = self.probe(self.session.egraph, k + 1)
                 probe_secs += time.perf_counter() - tp
-                cost, low = probed if isinstance(probed, tuple) else (probed, probed)
-                stats.probe_cost = cost
-                # An iteration pays when its e-graph holds a choice PROBE_MIN_GAIN cheaper than the best e-graph's
-                # proven bound, not just than the choice its probe found there: each probe stops within its gap
-                # (EngineOptions.rel_gap, PROBE_MIN_GAIN too) of its bound, so two costs can differ by that much with
-                # nothing gained. MobileNetV3-Small's third probe found 0.72267 after 0.72491 (bound 0.72462): 0.31 %
-                # "better", and the fourth iteration's probe then ran into its work limit (3.9 s) for 0.1 %.
-                if cost is not None and cost < best_low * (1 - PROBE_MIN_GAIN):
-                    best, stale = cost, 0
-                    best_low = cost if low is None else min(low, cost)
+                if stats.probe_cost is not None and stats.probe_cost < best * (1 - PROBE_MIN_GAIN):
+                    best, stale = stats.probe_cost, 0
                     best_at = (k + 1, self.session.depth)
                 else:
                     stale += 1
@@ -441,8 +413,6 @@ def _left_side(rule) -> str:
 
 def saturate(eg, ruleset: RuleSet, budget: Budget = Budget(), progress=None, probe=None) -> SaturationResult:
     """eg: an egglog `bindings.EGraph` or a Session over one. progress: optional callable taking one line of text per
-    iteration. probe: optional callable taking the e-graph (the `bindings.EGraph`) and the iterations done, and
-    returning the cost of the best program it extracts (None if none), or (that cost, a lower bound its extraction
-    proved), called after every iteration that changed the e-graph; saturation stops (NO_GAIN) when it has not
-    improved on the best probe's bound by PROBE_MIN_GAIN for `budget.patience` iterations."""
+    iteration. probe: optional callable taking the e-graph (the `bindings.EGraph`) and returning the cost of the best
+    program extractable from it (None if none), called after every iteration that changed the e-graph; saturation stops (NO_GAIN) when it has not improved for `budget.patience` iterations."""
     return Saturator(eg, ruleset, budget, progress, probe).run()
