@@ -230,11 +230,16 @@ def se_fc(tf):
     return rows
 
 
-def _matmul_bias_after_reshape(tf, x, w, b, shape):
-    """Rules F38's / F39's form of a 1x1 conv by the [1, 1, C, K] filter w: x's rows of C by w as a [C, K] matrix,
-    reshaped to `shape` before the bias, so that TF's remapper fuses nothing into the MatMul."""
+def _pixel_matmul(tf, x, w):
+    """A 1x1 conv of x by the [1, 1, C, K] filter w as one MatMul: x's pixels as rows of C by w as a [C, K] matrix."""
     c, k = w.shape[2], w.shape[3]
-    return tf.nn.bias_add(tf.reshape(tf.linalg.matmul(tf.reshape(x, [-1, c]), tf.reshape(w, [c, k])), shape), b)
+    return tf.linalg.matmul(tf.reshape(x, [-1, c]), tf.reshape(w, [c, k]))
+
+
+def _matmul_bias_after_reshape(tf, x, w, b, shape):
+    """Rules F38's / F39's form of a 1x1 conv: _pixel_matmul reshaped to `shape` before the bias, so that TF's
+    remapper fuses nothing into the MatMul."""
+    return tf.nn.bias_add(tf.reshape(_pixel_matmul(tf, x, w), shape), b)
 
 
 def _conv1x1_bias(tf, x, w, b, shape, as_matmul: bool):
@@ -292,9 +297,7 @@ def conv1x1(tf):
                 for i, (w, b) in enumerate(ws):
                     x = f.x + float(i)      # a distinct input per copy (k != c: the copies read the input side by side)
                     if form.endswith("then reshape"):       # the remapper fuses all three (no rule writes it)
-                        y = tf.nn.relu6(tf.nn.bias_add(tf.linalg.matmul(tf.reshape(x, [-1, c]), tf.reshape(w, [c, k])),
-                                                       b))
-                        ys.append(tf.reshape(y, [-1, h, h, k]))
+                        ys.append(tf.reshape(tf.nn.relu6(tf.nn.bias_add(_pixel_matmul(tf, x, w), b)), [-1, h, h, k]))
                     else:
                         ys.append(tf.nn.relu6(_conv1x1_bias(tf, x, w, b, [-1, h, h, k], form != "Conv2D")))
                 outputs[form] = ys
