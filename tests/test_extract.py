@@ -498,30 +498,38 @@ def test_a_work_limit_stops_highs_where_it_stops_on_a_busy_machine(busy_machine)
 
 
 @pytest.mark.skipif(not solvers.highs_available(), reason="highspy is not installed")
-@pytest.mark.parametrize("bound, solves", [(99.5, 1), (90.0, 2)])
-def test_a_misreported_warm_start_is_solved_again_only_when_its_own_price_is_outside_the_gap(monkeypatch, bound,
-                                                                                               solves):
-    """HiGHS 1.16 can hand back the warm start while reporting a lower objective for it (zoo:real_nasnet_mobile's
-    probes: 3.29821 handed back, 3.29340 reported): its answer is kept when its own price is within rel_gap of the
-    bound, and otherwise solved again without the start."""
-    milp = _set_cover(1)
-    calls = []
+def test_highs_takes_the_start_as_its_cutoff_and_hands_it_back_when_nothing_beats_it():
+    """The start is HiGHS's objective cutoff, not its incumbent (HiGHS 1.16 can misprice a start it is given): a solve
+    that finds nothing below start - rel_gap * start proves the start within rel_gap; one that finds something cheaper
+    returns it; one stopped before either hands the start back unproven."""
+    free = solvers.solve(_set_cover(1), "highs", 60, rel_gap=0.0)
+    assert free.status == "optimal" and free.values is not None
+    best = _set_cover(1)
+    best.start = free.values.copy()                         # the optimum as the start: nothing beats it
+    again = solvers.solve(best, "highs", 60, rel_gap=0.0)
+    assert again.status == "optimal" and np.array_equal(again.values, free.values)
+    assert again.objective == pytest.approx(free.objective) and again.bound == pytest.approx(free.objective)
+    loose = _set_cover(1)                                   # every column: far above the optimum
+    found = solvers.solve(loose, "highs", 60, rel_gap=0.0)
+    assert found.status == "optimal" and found.objective == pytest.approx(free.objective)
+    assert found.objective < loose.objective(loose.start)
+    cut = solvers.solve(_set_cover(1), "highs", 60, rel_gap=0.0, work=1)    # stopped at its first check
+    assert cut.limit == "work" and cut.values is not None and cut.status == "feasible"
+    assert cut.objective <= loose.objective(loose.start) and (cut.bound is None or cut.bound <= free.objective)
 
-    def run_once(self, seconds, start, work):
-        calls.append(start)
-        values = milp.start if start else np.zeros(milp.num_cols)
-        return solvers.SolveResult("optimal", 100.0 if start else 95.0, bound, 0.0, values)
 
-    class Info:
-        objective_function_value = 99.0         # below the 100.0 handed back
-
-    monkeypatch.setattr(solvers._HiGHS, "_run_once", run_once)
-    highs = solvers._HiGHS(milp, 1, 0.01)
-    monkeypatch.setattr(highs.h, "getInfo", lambda: Info())
-    res = highs.run(5.0)
-    assert calls == [True, False][:solves]
-    assert res.objective == (100.0 if solves == 1 else 95.0)
-    assert not highs.trust_start                # the next solves go without the start either way
+@pytest.mark.skipif(not solvers.highs_available(), reason="highspy is not installed")
+def test_a_start_within_the_gap_comes_back_proven_with_a_valid_bound():
+    """With rel_gap, a start within it of the optimum is proven (by HiGHS finding nothing below the cutoff, or
+    something cheaper): the answer is never dearer than the start, and its bound is never above the optimum."""
+    free = solvers.solve(_set_cover(1), "highs", 60, rel_gap=0.0)
+    near = _set_cover(1)
+    near.start = free.values.round()
+    near.start[np.argmax(near.cost * (1 - near.start))] = 1.0    # one more column: still a cover, a little dearer
+    gap = (near.objective(near.start) - free.objective) / near.objective(near.start)
+    res = solvers.solve(near, "highs", 60, rel_gap=1.5 * gap)
+    assert res.status == "optimal" and res.objective <= near.objective(near.start)
+    assert res.bound <= free.objective + 1e-9 and res.objective - res.bound <= 1.5 * gap * res.objective + 1e-9
 
 
 def test_cbc_takes_the_work_limit_as_its_node_limit():
