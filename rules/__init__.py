@@ -14,7 +14,7 @@ import functools
 import os
 from typing import Iterable, Optional
 
-from tensat_tf.rules.compile import compile_rule, ruleset_name
+from tensat_tf.rules.compile import compile_rule, counting_name, ruleset_name
 from tensat_tf.rules.syntax import Excluded, Rule, RuleSyntaxError, parse_file
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -101,5 +101,5 @@ def select(enable: Optional[Iterable[str]] = None, disable: Iterable[str] = (),
     return RuleSet(tuple(chosen), base.excluded)
 
 
-__all__ = ["compile_rule", "Rule", "RuleSet", "Excluded", "RuleSyntaxError", "UnknownRule", "builtin", "select",
-           "read_file", "ruleset_name", "DEFAULT_FAMILIES", "OPTIONAL_FAMILIES"]
+__all__ = ["compile_rule", "counting_name", "Rule", "RuleSet", "Excluded", "RuleSyntaxError", "UnknownRule", "builtin",
+           "select", "read_file", "ruleset_name", "DEFAULT_FAMILIES", "OPTIONAL_FAMILIES"]

@@ -181,7 +181,15 @@ def _concreteness_guards(rule: Rule, ctx: "_Ctx") -> list[str]:
     return facts
 
 
-def compile_rule(rule: Rule) -> str:
+def counting_name(rule_name: str) -> str:
+    """The name of a rule's counting twin (compile_rule's count_only), and of its ruleset through ruleset_name."""
+    return f"{rule_name}?count"
+
+
+def compile_rule(rule: Rule, count_only: bool = False) -> str:
+    """count_only: the rule's query with no action, under counting_name (its own ruleset): a run of it reports how
+    many matches the rule has and changes nothing (egraph/saturate.py bans a multi rule on that count before it
+    applies anything)."""
     sorts = var_sorts(rule)
     ctx = _Ctx(rule, sorts)
     roots = [f"r{k}__" for k in range(len(rule.sources))]
@@ -194,6 +202,9 @@ def compile_rule(rule: Rule) -> str:
     facts += _concreteness_guards(rule, ctx)
     actions = [f"(union {r} {ctx.expr(dst)})" for r, dst in zip(roots, rule.targets)]
     actions += [f'(Made {r} "{rule.name}")' for r in roots]
-    rs = ruleset_name(rule.name)
+    name = counting_name(rule.name) if count_only else rule.name
+    if count_only:
+        actions = []
+    rs = ruleset_name(name)
     return (f"(ruleset {rs})\n(rule ({' '.join(facts)})\n      ({' '.join(actions)})\n"
-            f"      :ruleset {rs} :name \"{rule.name}\")")
+            f"      :ruleset {rs} :name \"{name}\")")

@@ -106,6 +106,26 @@ def test_rule_over_the_match_limit_is_banned_then_unbanned_after_its_ban_length(
     assert _commuted(eg, ing, mul)
 
 
+PAIRS = ("(family t)\n"
+         "(multi PAIRS ((Mul ?a ?b) => (Mul ?b ?a)) ((Mul ?c ?d) => (Mul ?d ?c)) :test ((?a 2 2) (?b 2 2) (?c 2 2) "
+         "(?d 2 2)))\n")
+
+
+@pytest.mark.parametrize("limit", [40, None])
+def test_a_multi_rule_over_the_match_limit_is_banned_on_its_count_before_anything_is_applied(tmp_path, limit):
+    """egg's BackoffScheduler counts a rule's matches after its search and before applying them; a multi rule's
+    (50 x 49 ordered pairs of the chain's Muls here) are counted first by its query alone, so the iteration is not
+    run, undone and run again without it."""
+    eg, ing, mul = _egraph()
+    res = saturate(eg, _rules(tmp_path, PAIRS), Budget(iterations=3, match_limit=limit, **UNSCALED))
+    first = res.iterations[0]
+    if limit is None:                                         # no backoff: applied, and the Muls commuted
+        assert first.matches == {"PAIRS": 50 * 49} and _commuted(eg, ing, mul)
+        return
+    assert first.backed_off == ["PAIRS"] and first.rolled_back == 0 and first.matches == {}
+    assert first.enodes == res.enodes_before and not _commuted(eg, ing, mul)
+
+
 def test_saturation_is_not_declared_while_a_rule_is_banned(tmp_path):
     only_mulc = "(family t)\n" + RULES.splitlines()[2] + "\n"
     eg, ing, mul = _egraph()

@@ -10,9 +10,11 @@ Each iteration:
   3. backoff (egg's BackoffScheduler, which egglog 13.2 has only inside one run-schedule, so it cannot persist across
      our push/pop iterations): a rule whose matches exceed `match_limit << times_banned` is banned for
      `ban_length << times_banned` iterations and its matches are not applied: the iteration is `pop`ped and rerun
-     without it (the other rules' matches are the same, since every rule searches the same e-graph). This is what
-     keeps associativity/commutativity (TENSAT's S024/S028/S057 on LayerNorm's Mul/AddV2 chains) from filling the
-     e-graph while the rules that fire a few times (the Q/K/V merges) keep running;
+     without it (the other rules' matches are the same, since every rule searches the same e-graph); a multi rule,
+     whose matches grow as a product, is counted before the iteration instead (its query alone, with no action) and
+     banned before anything is applied. This is what keeps associativity/commutativity (TENSAT's S024/S028/S057 on
+     LayerNorm's Mul/AddV2 chains) from filling the e-graph while the rules that fire a few times (the Q/K/V merges)
+     keep running;
   4. if the e-graph now exceeds the node limit, `pop`s (the iteration never happened), bans the rule with the most
      matches in it for good and retries without it; if egglog raised (a rule derived a shape that contradicts TF's,
      which the `shape` function refuses to merge), pops and bans the rules that raise when run alone for good; if
@@ -49,7 +51,7 @@ from typing import Optional
 from tensat_tf import terms
 from tensat_tf.egraph.session import EgglogError, RunReport, Session
 from tensat_tf.options import PROBE_MIN_GAIN, Budget
-from tensat_tf.rules import RuleSet, compile_rule, ruleset_name
+from tensat_tf.rules import RuleSet, compile_rule, counting_name, ruleset_name
 from tensat_tf.rules.syntax import to_text, variables
 
 TERM_FUNCTIONS = terms.NAMES
@@ -199,6 +201,7 @@ class Saturator:
         self.progress = progress or (lambda text: None)
         self.counter = 0
         self.loaded: set[str] = set()
+        self.counting: set[str] = set()       # multi rules whose counting twins are loaded (_over_on_count)
         self.heads = {r.name: frozenset(set().union(*(_heads(src, set()) for src in r.sources))) for r in ruleset.rules}
         self.eager: list[str] = []            # the eager rules that can match now (_eager)
         self.eager_set = ""                   # ... declared as this combined ruleset
@@ -208,6 +211,29 @@ class Saturator:
         if todo:
             self.session.run_program("\n".join(compile_rule(self.rs.by_name(n)) for n in todo))
             self.loaded.update(todo)
+
+    def _over_on_count(self, active: list[str], k: int, backoff: Backoff) -> list[str]:
+        """Step 3's check made first for the active multi rules, whose matches grow as a product: their queries run
+        alone with no action (compile_rule's count_only: nothing changes), and those over the backoff threshold are
+        banned before anything is applied, as egg's BackoffScheduler checks a rule's matches after its search and
+        before applying them. Found over only after the whole iteration, a multi rule cost that iteration twice:
+        Inception-ResNet-v2's M08 (Relu merges), 0.4 s of its 4.3 s pass. -> the rules banned.
+
+        Only in the first iteration, before any rule has run (multi rules run in the first k_multi iterations, 1 by
+        default): egglog matches semi-naively, so a rule that ran reports only the matches new since its last run,
+        and a twin run for the first time later would count them all (tried for the other rules near their
+        threshold: the twin of a test's associativity rule counted 75 where the rule itself reported 35)."""
+        multi = [n for n in active if self.rs.by_name(n).multi]
+        if k > 0 or not multi or backoff.match_limit is None:
+            return []
+        todo = [n for n in multi if n not in self.counting]
+        if todo:
+            self.session.run_program("\n".join(compile_rule(self.rs.by_name(n), count_only=True) for n in todo))
+            self.counting.update(todo)
+        self.counter += 1
+        report = self.session.run(self.session.combine(f"count_{self.counter}_",
+                                                       [ruleset_name(counting_name(n)) for n in multi]))
+        return backoff.over({n: report.matches.get(counting_name(n), 0) for n in multi}, k)
 
     def _one(self, names: list[str]) -> tuple[dict, bool]:
         """One iteration of `names` plus the analysis. -> (matches per rule, whether the e-graph changed: new e-nodes
@@ -340,6 +366,11 @@ class Saturator:
             ti = time.perf_counter()
             self._load(active)
             tl = time.perf_counter()            # compiling rules is a one-off: not in the next iteration's forecast
+            over = self._over_on_count(active, k, backoff)
+            if over:
+                stats.backed_off.extend(over)
+                backed_off.extend(n for n in over if n not in backed_off)
+                active = [n for n in active if n not in over]
             try:
                 kept = self._iteration(active, k, node_limit, backoff, stats, banned, backed_off)
             except _NoCulprit as e:
