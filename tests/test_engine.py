@@ -404,3 +404,30 @@ def test_pass_keeps_its_input_when_the_predicted_gain_is_under_min_gain():
     assert kept.stats.extraction["cost_after"] == kept.stats.extraction["cost_before"]
     again = TensatPass(EngineOptions(enable_rules=["tf-fold"], min_gain=(gain - 1) * 0.99))
     assert again.optimize(gd, item) is not gd and again.stats.rules_applied == taken.stats.rules_applied
+
+
+def test_the_invariant_check_sees_a_graph_with_its_weights_left_out_as_it_is():
+    """pipeline._signature imports the graph with its large floating constants as placeholders of their dtype and
+    shape (not copying the weights): the fetches' dtypes and shapes are those of the whole graph, and a pass that
+    changes one is still refused."""
+    import numpy as np
+    import tensorflow as tf
+    from tensat_tf.item import GrapplerItem
+    from tensat_tf.passes import pipeline
+
+    def graph(dtype):
+        g = tf.Graph()
+        with g.as_default():
+            x = tf.compat.v1.placeholder(dtype, [None, 64], name="x")
+            w = tf.constant(np.ones((64, 32)), dtype=dtype)               # 2,048 elements: left out
+            y = tf.reshape(tf.matmul(x, w), tf.constant([-1, 4, 8]))      # the shape input: kept, read by inference
+            tf.identity(y, name="y")
+        return g.as_graph_def()
+    item = GrapplerItem(feeds=["x:0"], fetches=["y:0"])
+    light = pipeline._light(graph(tf.float32))
+    assert [n.op for n in light.node].count("Placeholder") == 2 and "Const" in [n.op for n in light.node]
+    (_, dx, sx), (_, dy, sy) = pipeline._signature(graph(tf.float32), item)
+    assert (dx, sx.as_list(), dy, sy.as_list()) == (tf.float32, [None, 64], tf.float32, [None, 4, 8])
+    before = pipeline._signature(graph(tf.float32), item)
+    with pytest.raises(AssertionError, match="dtype changed"):
+        pipeline.check_invariants(before, graph(tf.float64), item)
