@@ -201,7 +201,6 @@ class Saturator:
         self.progress = progress or (lambda text: None)
         self.counter = 0
         self.loaded: set[str] = set()
-        self.counting: set[str] = set()       # multi rules whose counting twins are loaded (_over_on_count)
         self.heads = {r.name: frozenset(set().union(*(_heads(src, set()) for src in r.sources))) for r in ruleset.rules}
         self.eager: list[str] = []            # the eager rules that can match now (_eager)
         self.eager_set = ""                   # ... declared as this combined ruleset
@@ -223,16 +222,14 @@ class Saturator:
         default): egglog matches semi-naively, so a rule that ran reports only the matches new since its last run,
         and a twin run for the first time later would count them all (tried for the other rules near their
         threshold: the twin of a test's associativity rule counted 75 where the rule itself reported 35)."""
-        multi = [n for n in active if self.rs.by_name(n).multi]
-        if k > 0 or not multi or backoff.match_limit is None:
+        multi = [n for n in active if self.rs.by_name(n).multi] if k == 0 else []
+        if not multi or backoff.match_limit is None:
             return []
-        todo = [n for n in multi if n not in self.counting]
-        if todo:
-            self.session.run_program("\n".join(compile_rule(self.rs.by_name(n), count_only=True) for n in todo))
-            self.counting.update(todo)
-        self.counter += 1
-        report = self.session.run(self.session.combine(f"count_{self.counter}_",
-                                                       [ruleset_name(counting_name(n)) for n in multi]))
+        try:
+            self.session.run_program("\n".join(compile_rule(self.rs.by_name(n), count_only=True) for n in multi))
+            report = self.session.run(self.session.combine("count_", [ruleset_name(counting_name(n)) for n in multi]))
+        except EgglogError:             # (a query alone changes nothing; if it raised, the iteration's own check stays)
+            return []
         return backoff.over({n: report.matches.get(counting_name(n), 0) for n in multi}, k)
 
     def _one(self, names: list[str]) -> tuple[dict, bool]:
