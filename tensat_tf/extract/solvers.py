@@ -350,6 +350,8 @@ class _HiGHS:
         self.rows_built = len(self.milp.rows)
 
     def run(self, seconds: float, work: Optional[int] = None) -> SolveResult:
+        import highspy
+
         h = self.h
         self._add_new_rows()
         lo, hi = _col_bounds(h, self.milp)
@@ -357,12 +359,6 @@ class _HiGHS:
             idx = np.arange(len(lo), dtype=np.int32)
             h.changeColsBounds(len(idx), idx, lo, hi)
             self.built_bounds = (lo, hi)
-        return self._run_once(seconds, work)
-
-    def _run_once(self, seconds: float, work: Optional[int]) -> SolveResult:
-        import highspy
-
-        h = self.h
         # HiGHS keeps to its own limit within ~0.1 s, so it only needs a small margin; the guard below is spare.
         h.setOptionValue("time_limit", float(max(0.1, seconds - HIGHS_MARGIN)))
         start = self.milp.start
