@@ -332,6 +332,7 @@ def convert(src: str, output_dir: str, options: Options = Options()) -> dict:
         report["signatures"][name] = {
             "inputs": {s.key: {"dtype": s.dtype.name, "shape": s.shape} for s in sig.inputs},
             "outputs": {s.key: {"dtype": s.dtype.name, "shape": s.shape} for s in sig.outputs},
+            "frozen_digest": run.same_key(name)[0],     # what was converted (tools/golden.py compares inputs by it)
             "nodes_before": len(sig.graph_def.node),
             "nodes_after": len(out.node),
             "ops_before": _ops(sig.graph_def),

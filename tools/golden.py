@@ -25,7 +25,6 @@ import tempfile
 from tensat_tf import report as report_file
 from tensat_tf import zoo
 from tensat_tf.convert import convert
-from tensat_tf.io import load as load_mod
 from tensat_tf.options import Options
 
 INPUT = "(input: frozen signatures)"      # the key of the input's digest in a model's entry
@@ -66,12 +65,12 @@ def digests(path: str) -> dict[str, str]:
     return dict(sorted(out.items()))
 
 
-def input_digest(path: str) -> str:
-    """sha256 of a SavedModel's signatures as this tool loads them (name and frozen graph, debug info left out)."""
+def input_digest(report: dict) -> str:
+    """sha256 over a conversion's signatures: each name and the digest of the frozen graph it converted (the
+    report's frozen_digest, which convert computes anyway)."""
     h = hashlib.sha256()
-    for name, sig in sorted(load_mod.load(path).signatures.items()):
-        h.update(name.encode())
-        h.update(load_mod.without_debug_info(sig.graph_def).SerializeToString(deterministic=True))
+    for name, sig in sorted(report["signatures"].items()):
+        h.update(f"{name}:{sig['frozen_digest']};".encode())
     return h.hexdigest()
 
 
@@ -81,12 +80,11 @@ def comparable(files: dict, recorded: dict) -> bool:
 
 
 def _convert_here(name: str) -> tuple[dict | None, str | None]:
-    source = input_digest(zoo.resolve(f"zoo:{name}"))
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "out")
         report = convert(f"zoo:{name}", out, Options(profile=False))
         why = report_file.clock_dependence(report)
-        return (None, why) if why else (dict(digests(out), **{INPUT: source}), None)
+        return (None, why) if why else (dict(digests(out), **{INPUT: input_digest(report)}), None)
 
 
 def record_one(name: str) -> tuple[dict | None, str | None]:
