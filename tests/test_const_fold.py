@@ -156,12 +156,14 @@ def test_an_integer_channel_scale_stays_a_mul():
     np.testing.assert_array_equal(want, got)
 
 
-@pytest.mark.parametrize("hw, cin, cout, matmul", [(4, 256, 512, True), (32, 32, 64, False)])
+@pytest.mark.parametrize("hw, cin, cout, matmul", [(4, 256, 512, True), (32, 32, 64, False), (2, 1024, 2048, False)])
 def test_conv1x1_runs_as_matmul_on_small_images_only(hw, cin, cout, matmul):
     """Rule F39 and its price: a 1x1 conv + bias + ReLU6 measured 1.14x faster as a MatMul of the pixel rows (the bias
     and ReLU6 then separate kernels) at 4x4x256 -> 512, and 0.81x at 32x32x32 -> 64, where the conv's fused epilogue
     saves two passes over 65k elements (`python tools/bench_forms.py --experiments=conv1x1`, BENCHMARKS.md "Small
-    convolutions as plain MatMuls"). The rule applies in both; extraction takes the MatMul only in the first."""
+    convolutions as plain MatMuls"); on a 2x2 image with 2 M weights 0.92x: oneDNN's gemm for 4 rows is slower than
+    its 1x1 conv (cost/devices.py few_row_matmul). The rule applies in all; extraction takes the MatMul only in the
+    first."""
     g = tf.Graph()
     with g.as_default():
         x = tf.compat.v1.placeholder(tf.float32, [None, hw, hw, cin], name="x")

@@ -309,6 +309,46 @@ def test_a_variable_weight_is_reordered_on_every_call_where_onednn_keeps_only_co
     assert mid[2] == new[2] and mid[11] == new[11] and mid[7] == old[7]
 
 
+def test_a_matmul_of_a_few_rows_on_weights_streamed_from_memory_is_slower_than_a_conv():
+    """oneDNN's MatMul of 2-16 rows by a variable weight read from memory measured about 0.04 ns per element slower
+    than a 1x1 conv of as many pixels on it (Device.streamed_matmul_*), where weights that stay in the L3 cache ran
+    faster as MatMuls: whether they stay is the model's whole set of variables against the cache. Priced so, rule F39
+    keeps ResNet50V2's (94 MB) 1x1 convs on 2x2 and 4x4 images. One row (a gemv), 32 rows or more, frozen weights: no
+    such price. Same FLOPs and bytes otherwise, so the roofline prices the two alike."""
+    import dataclasses
+    from tensat_tf.cost.devices import CPU_FROZEN
+
+    def matmul_over_conv(rows, k=1024, n=2048, transpose_a=0, device=CPU, others=0):
+        """MatMul minus 1x1 conv, each in a program that holds `others` more weights of 2 Mi elements."""
+        more = [("Weight", [], (9 + i,), (1024, 2048)) for i in range(others)]
+        x = ("Input", [], ("x",), (k, rows) if transpose_a else (rows, k))
+        mm = [x, ("Weight", [], (0,), (k, n)), ("MatMul", [0, 1], (transpose_a, 0), (rows, n))] + more
+        conv = [("Input", [], ("y",), (1, 1, rows, k)), ("Weight", [], (0,), (1, 1, k, n)),
+                ("Conv2D", [0, 1], SAME, (1, 1, rows, n))] + more
+        return analytic.costs(exported(mm), device=device)[2] - analytic.costs(exported(conv), device=device)[2]
+
+    fixed = CPU.overhead_ms("MatMul") - CPU.overhead_ms("Conv2D")
+    streamed = 1024 * 2048 * CPU.streamed_matmul_ns_per_element * 1e-6
+    assert streamed > 0.05                                      # 2 Mi elements: 84 us, against 5 us of fixed costs
+    assert matmul_over_conv(4) == pytest.approx(fixed)          # 8 MB of weights in all: they stay in the cache
+    for rows in (2, 4, 16):                                     # 40 MB in all: streamed
+        assert matmul_over_conv(rows, others=4) == pytest.approx(fixed + streamed)
+        assert matmul_over_conv(rows, transpose_a=1, others=4) == pytest.approx(fixed + streamed)
+    for rows in (1, 32, 64):
+        assert matmul_over_conv(rows, others=4) == pytest.approx(fixed)
+    assert matmul_over_conv(4, 512, 512, others=4) == pytest.approx(fixed + streamed / 8)
+    assert matmul_over_conv(4, others=4, device=CPU_FROZEN) == pytest.approx(fixed)  # reordered once, as Consts
+    small_cache = dataclasses.replace(CPU, weight_cache_bytes=4 << 20)
+    assert matmul_over_conv(4, device=small_cache) == pytest.approx(fixed + streamed)
+    # --min_variable_elements above every weight: all Consts, none reordered or streamed
+    from tensat_tf.cost import get_model
+    g = exported([("Input", [], ("x",), (4, 1024)), ("Weight", [], (0,), (1024, 2048)),
+                  ("MatMul", [0, 1], (0, 0), (4, 2048))])
+    assert not analytic.weights_streamed(g, small_cache, min_variable_elements=2 ** 40)
+    assert analytic.weights_streamed(g, small_cache) and not analytic.weights_streamed(g, CPU)
+    assert get_model(device=small_cache, min_variable_elements=2 ** 40).costs(g) == analytic.costs(g, device=CPU_FROZEN)
+
+
 def test_an_outer_product_broadcast_costs_what_a_row_broadcast_does():
     """Both operands broadcast ([1,1,C] x [1,T,1], a layer norm's gamma times its row statistic): it reads almost
     nothing but runs as slowly per output element as a broadcast of one output-sized operand (measured 31.4 us at

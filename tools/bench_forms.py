@@ -21,6 +21,9 @@ Experiments (each a chain of a few copies of the pattern, so that it outweighs t
                   + hard sigmoid (MobileNetV3) or swish + sigmoid (EfficientNet)
   conv1x1         a 1x1 conv + bias + ReLU6 on a small image, as the conv (bias and ReLU6 fused) or as rule F39's
                   MatMul of the pixel rows, reshaped back before the bias
+  matmul_vs_conv1x1 x [rows, K] by a variable [K, N] + bias + Relu, 1-64 rows, weights in and beyond the L2 cache:
+                  a 1x1 Conv2D of a [1, 1, rows, K] image, or a MatMul (both fused with their bias and Relu;
+                  cost/devices.py streamed_matmul_*)
   sibling_conv1x1 an Inception branch head, 1x1 convs + bias + Relu side by side on one input at Inception-ResNet-v2's
                   shapes: a conv each, one conv of the joined filters + SplitV (rules MERGE-CONV-BIAS-*), a MatMul
                   each (F39), or one MatMul + SplitV
@@ -57,8 +60,8 @@ os.environ.setdefault("TF_OVERRIDE_GLOBAL_THREADPOOL", "1")
 import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
 
-EXPERIMENTS = ("residual_addn", "layer_norm", "se_fc", "se_block", "conv1x1", "sibling_conv1x1", "preact_bias",
-               "small_m", "batch_matmul_dense", "einsum_dense", "position_gather", "conv1d", "dilated")
+EXPERIMENTS = ("residual_addn", "layer_norm", "se_fc", "se_block", "conv1x1", "matmul_vs_conv1x1", "sibling_conv1x1",
+               "preact_bias", "small_m", "batch_matmul_dense", "einsum_dense", "position_gather", "conv1d", "dilated")
 flags.DEFINE_list("experiments", list(EXPERIMENTS), f"Any of {', '.join(EXPERIMENTS)}.")
 flags.DEFINE_integer("blocks", 16, "Paired blocks per comparison.")
 flags.DEFINE_integer("runs", 20, "Session.run calls of each form per block (the block's median is compared).")
@@ -303,6 +306,30 @@ def conv1x1(tf):
                 outputs[form] = ys
             f.sum_forms(outputs, 3)
         rows += compare(tf, f"1x1 conv + bias + ReLU6 {h}x{h}x{c} -> {k}", f)
+    return rows
+
+
+def matmul_vs_conv1x1(tf):
+    rows = []
+    for k, n, ms in ((1024, 2048, (1, 2, 4, 8, 16)), (1024, 1024, (4, 16, 64)), (512, 512, (1, 2, 4, 8, 16)),
+                     (1024, 512, (4,)), (512, 1024, (4,)), (2048, 256, (4,))):
+        for m in ms:
+            f = Forms(tf, (1, m, k))
+            with f.graph.as_default():
+                ws = [(f.weight((k, n), 0.05), f.weight((n,))) for _ in range(COPIES)]
+                outputs = {}
+                for form in ("Conv2D", "MatMul"):
+                    ys = []
+                    for i, (w, b) in enumerate(ws):
+                        x = f.x + float(i)
+                        if form == "Conv2D":
+                            y = tf.nn.conv2d(tf.expand_dims(x, 1), tf.reshape(w, [1, 1, k, n]), 1, "SAME")
+                        else:
+                            y = tf.linalg.matmul(tf.reshape(x, [-1, k]), w)
+                        ys.append(tf.reshape(tf.nn.relu(tf.nn.bias_add(y, b)), [-1, m, n]))
+                    outputs[form] = ys
+                f.sum_forms(outputs, 2)
+            rows += compare(tf, f"{m} rows x {k} -> {n} + bias + Relu", f)
     return rows
 
 

@@ -261,13 +261,28 @@ WEIGHTED = frozenset({"Conv2D", "DepthwiseConv2dNative", "MatMul", "BatchMatMulV
 
 
 def variable_weights_ms(node, in_shapes: Optional[Sequence[Shape]], const: set[int], device: Device,
-                        min_variable_elements: int = MIN_VARIABLE_ELEMENTS) -> float:
+                        min_variable_elements: int = MIN_VARIABLE_ELEMENTS, streamed: bool = False) -> float:
     """What a contraction pays per call to reorder its constant operands that the output saves as variables (those
-    of min_variable_elements elements or more)."""
+    of min_variable_elements elements or more); streamed: those variables come from memory (weights_streamed)."""
     if node.op not in WEIGHTED or in_shapes is None:
         return 0.0
-    return sum(device.variable_weight_ms(node.op, numel(s), min_variable_elements)
-               for c, s in zip(node.children, in_shapes) if c in const)
+    rows = _matmul_rows(node.payload, in_shapes) if streamed and node.op == "MatMul" else 0
+    return sum(device.variable_weight_ms(node.op, numel(s), min_variable_elements, rows if k == 1 else 0)
+               for k, (c, s) in enumerate(zip(node.children, in_shapes)) if c in const)
+
+
+def weights_streamed(exp: Exported, device: Device, min_variable_elements: int = MIN_VARIABLE_ELEMENTS) -> bool:
+    """The variables of the output (the program's weights of min_variable_elements or more) outgrow the device's
+    weight_cache_bytes: each call then reads every one of them from memory (Device.streamed_matmul_ns_per_element)."""
+    if not device.weight_cache_bytes:
+        return False
+    elements = (numel(s) for n in exp.egraph.nodes if n.op == "Weight" and (s := exp.shapes.get(n.eclass)) is not None)
+    return DTYPE_BYTES * sum(e for e in elements if e >= min_variable_elements) > device.weight_cache_bytes
+
+
+def _matmul_rows(payload, ins: Sequence[Shape]) -> int:
+    """The rows of a MatMul's output: its first operand's, transposed or not."""
+    return ins[0][1] if _literals("MatMul", payload).get("transpose_a") else ins[0][0]
 
 
 # What a grouped Conv2D costs where TF runs Eigen's CPU kernels (Device.grouped_conv False): the remapper fuses a
@@ -389,6 +404,7 @@ def _node_costs(exp: Exported, batch_size: int, device: Device, unknown_dim: int
                 min_variable_elements: int = MIN_VARIABLE_ELEMENTS) -> list[float]:
     """Each e-node priced alone (node_cost)."""
     const = constant_classes(exp.egraph)
+    streamed = weights_streamed(exp, device, min_variable_elements)
     out = []
     resolved: dict = {}
     for i, n in enumerate(exp.egraph.nodes):
@@ -401,7 +417,7 @@ def _node_costs(exp: Exported, batch_size: int, device: Device, unknown_dim: int
         in_shapes, out_shape = node_shapes(exp, i, batch_size, unknown_dim, resolved)
         out.append(_node_cost_of(n.op, n.payload, None if in_shapes is None else tuple(in_shapes), out_shape,
                                  batch_size, device)
-                   + variable_weights_ms(n, in_shapes, const, device, min_variable_elements))
+                   + variable_weights_ms(n, in_shapes, const, device, min_variable_elements, streamed))
     return out
 
 
