@@ -212,13 +212,18 @@ def test_no_gain_rolls_the_egraph_back_to_the_iteration_of_the_best_probe(tmp_pa
     assert s.sizes() == seen[2]
 
 
-def test_a_probe_gain_below_the_minimum_counts_as_none(tmp_path):
+def test_a_probe_gain_below_the_minimum_ends_saturation_on_the_cheaper_egraph(tmp_path):
+    """A step under PROBE_MIN_GAIN buys no further iteration, but its probe's program is the cheapest found: the
+    e-graph kept is its iteration's, not the one before (ResNet50V2's third probe, 0.29 % below the second, held the
+    sibling-conv merges the second lacked)."""
     from tensat_tf.egraph.saturate import PROBE_MIN_GAIN
     costs = iter([1.0, 1.0 - PROBE_MIN_GAIN / 2, 0.5])        # the third is never asked for
     eg, _, _ = _egraph()
-    res = saturate(eg, _rules(tmp_path), Budget(iterations=10, match_limit=None, patience=1, **UNSCALED),
+    s = Session(eg)
+    res = saturate(s, _rules(tmp_path), Budget(iterations=10, match_limit=None, patience=1, **UNSCALED),
                    probe=lambda eg, iteration: next(costs))
-    assert res.stop_reason == StopReason.NO_GAIN and len(res.iterations) == 3 and res.kept_iterations == 2
+    assert res.stop_reason == StopReason.NO_GAIN and len(res.iterations) == 3
+    assert res.kept_iterations == res.final_iteration == 3 and res.enodes == res.iterations[-1].enodes
 
 
 def test_the_probes_time_does_not_count_against_the_saturation_budget(tmp_path):

@@ -388,9 +388,11 @@ class Saturator:
                 tp = time.perf_counter()
                 stats.probe_cost = self.probe(self.session.egraph, k + 1)
                 probe_secs += time.perf_counter() - tp
-                if stats.probe_cost is not None and stats.probe_cost < best * (1 - PROBE_MIN_GAIN):
-                    best, stale = stats.probe_cost, 0
-                    best_at = (k + 1, self.session.depth)
+                if stats.probe_cost is not None and stats.probe_cost < best:
+                    # a step under PROBE_MIN_GAIN does not pay for another iteration, but its probe's program is the
+                    # cheapest found, proven as closely as any: saturation ends on this e-graph, not an earlier one
+                    stale = 0 if stats.probe_cost < best * (1 - PROBE_MIN_GAIN) else stale + 1
+                    best, best_at = stats.probe_cost, (k + 1, self.session.depth)
                 else:
                     stale += 1
             stats.seconds = round(time.perf_counter() - ti, 4)
