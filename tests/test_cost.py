@@ -313,8 +313,8 @@ def test_a_matmul_of_a_few_rows_on_weights_streamed_from_memory_is_slower_than_a
     """oneDNN's MatMul of 2-16 rows by a variable weight read from memory measured about 0.04 ns per element slower
     than a 1x1 conv of as many pixels on it (Device.streamed_matmul_*), where weights that stay in the L3 cache ran
     faster as MatMuls: whether they stay is the model's whole set of variables against the cache. Priced so, rule F39
-    keeps ResNet50V2's (94 MB) 1x1 convs on 2x2 and 4x4 images. One row (a gemv), 32 rows or more, frozen weights: no
-    such price. Same FLOPs and bytes otherwise, so the roofline prices the two alike."""
+    keeps ResNet50V2's (94 MB) 1x1 convs on 2x2 and 4x4 images. One row (a gemv), 32 rows or more, a weight under
+    256 Ki elements, frozen weights: no such price. Same FLOPs and bytes otherwise, so the roofline prices the two alike."""
     import dataclasses
     from tensat_tf.cost.devices import CPU_FROZEN
 
@@ -337,6 +337,7 @@ def test_a_matmul_of_a_few_rows_on_weights_streamed_from_memory_is_slower_than_a
     for rows in (1, 32, 64):
         assert matmul_over_conv(rows, others=4) == pytest.approx(fixed)
     assert matmul_over_conv(4, 512, 512, others=4) == pytest.approx(fixed + streamed / 8)
+    assert matmul_over_conv(4, 512, 256, others=4) == pytest.approx(fixed)     # under streamed_matmul_min_elements
     assert matmul_over_conv(4, others=4, device=CPU_FROZEN) == pytest.approx(fixed)  # reordered once, as Consts
     small_cache = dataclasses.replace(CPU, weight_cache_bytes=4 << 20)
     assert matmul_over_conv(4, device=small_cache) == pytest.approx(fixed + streamed)

@@ -63,10 +63,11 @@ class Device:
     # only a Const's reordered copy (see CPU below): ns per element, and a depthwise conv's fixed cost on top.
     variable_weight_ns_per_element: float = 0.0
     variable_depthwise_us: float = 0.0
-    # What a MatMul of 2 to streamed_matmul_rows rows pays per element more than that for a variable operand read
-    # from memory: in a model whose variables outgrow weight_cache_bytes (the last-level cache), every call streams
-    # them from memory (see CPU below)
+    # What a MatMul of 2 to streamed_matmul_rows rows pays per element more than that for a variable operand of
+    # streamed_matmul_min_elements or more read from memory: in a model whose variables outgrow weight_cache_bytes
+    # (the last-level cache), every call streams them from memory (see CPU below)
     streamed_matmul_rows: int = 0
+    streamed_matmul_min_elements: int = 0
     streamed_matmul_ns_per_element: float = 0.0
     weight_cache_bytes: int = 0
 
@@ -89,7 +90,8 @@ class Device:
             return 0.0
         fixed = self.variable_depthwise_us if term == "DepthwiseConv2dNative" else 0.0
         per_element = self.variable_weight_ns_per_element
-        if term == "MatMul" and 2 <= streamed_rows <= self.streamed_matmul_rows:
+        if term == "MatMul" and 2 <= streamed_rows <= self.streamed_matmul_rows \
+                and elements >= self.streamed_matmul_min_elements:
             per_element += self.streamed_matmul_ns_per_element
         return (elements * per_element + fixed * 1e3) * 1e-6
 
@@ -167,22 +169,25 @@ class Device:
 #     residual of the whole-model fit above); Sum 1 us: F32's taps form (Reshape, Mul, Sum, Reshape) measured 4.4 us at
 #     [1,2,2,352] where the model without it priced 3.8. Merging two contractions keeps their elements, so for most
 #     rewrites this is the same cost on both sides: it lowers a CNN's predicted gain toward what is measured.
-#   streamed_matmul_rows 16, streamed_matmul_ns_per_element 0.04, weight_cache_bytes 32 MiB (the L3 cache): a
-#     MatMul of a few rows by a variable weight that comes from memory runs slower than a 1x1 Conv2D of as many pixels
-#     on the same weight, where one whose weight stays in the cache runs faster. `python tools/bench_forms.py
-#     --experiments=matmul_vs_conv1x1` (both fused with bias + Relu; conv time / MatMul time, paired; six copies,
-#     each with its own weight, per form), where six weights outgrow the L3 cache, at K x N = 1024 x 2048: 1.48x at
-#     one row (a gemv), 0.90x at 2, 0.91x at 4, 0.93x at 8, 0.89x at 16 rows (0.035-0.063 ns per weight element);
-#     at 1024 x 1024 0.89x (4 rows), 0.91x (16), 1.12x at 64 rows (where the arithmetic hides the weight's traffic);
-#     where they fit it, at 512 x 512 1.04-1.15x at every row count; at 1024 x 512, 512 x 1024 and 2048 x 256 (24
-#     MB in all) 0.97x, 0.90x and 1.05x. With 48 copies (the same harness, /tmp script) 512 x 512 streamed too: 0.93x
-#     [0.91, 0.95] at 4 rows (0.031 ns per element), 1024 x 256 0.96x at 16 rows and 0.98x at 4, 512 x 128 1.06x at
-#     64. So it is the model's whole set of variables against the cache that decides (cost/analytic.py
-#     weights_streamed): ResNet50V2's 94 MB do not fit, MobileNetV3's 10-22 MB do. With the weights as Consts the
-#     MatMul is the faster (1.50x at 4 x 1024 x 2048, six copies, /tmp script): the fused MatMul keeps a Const's
-#     reordered copy, so CPU_FROZEN has none of it. Before this price ResNet50V2's 1x1 convs on 2x2 and 4x4 images
-#     were taken as F39's MatMuls, a few us cheaper each as priced, and the model measured 2-3 % slower with them
-#     than without (BENCHMARKS.md, "MatMuls of a few rows by weights streamed from memory").
+#   streamed_matmul_rows 16, streamed_matmul_min_elements 256 Ki, streamed_matmul_ns_per_element 0.04,
+#     weight_cache_bytes 32 MiB (the L3 cache): a MatMul of a few rows by a variable weight that comes from memory runs
+#     slower than a 1x1 Conv2D of as many pixels on the same weight, where one whose weight stays in the cache runs
+#     faster. `python tools/bench_forms.py --experiments=matmul_vs_conv1x1` (both fused with bias + Relu; conv time /
+#     MatMul time, paired; six copies, each with its own weight, per form), where six weights outgrow the L3 cache, at K
+#     x N = 1024 x 2048: 1.48x at one row (a gemv), 0.90x at 2, 0.91x at 4, 0.93x at 8, 0.89x at 16 rows (0.035-0.063 ns
+#     per weight element); at 1024 x 1024 0.89x (4 rows), 0.91x (16), 1.12x at 64 rows (where the arithmetic hides the
+#     weight's traffic); where they fit it, at 512 x 512 1.04-1.15x at every row count; at 1024 x 512, 512 x 1024 and
+#     2048 x 256 (24 MB in all) 0.97x, 0.90x and 1.05x. With 48 copies (the same harness, /tmp script) 512 x 512
+#     streamed too: 0.93x [0.91, 0.95] at 4 rows (0.031 ns per element), 1024 x 256 0.96x at 16 rows and 0.98x at 4, 512
+#     x 128 1.06x at 64. So it is the model's whole set of variables against the cache that decides (cost/analytic.py
+#     weights_streamed): ResNet50V2's 94 MB do not fit, MobileNetV3's 10-22 MB do. With the weights as Consts the MatMul
+#     is the faster (1.50x at 4 x 1024 x 2048, six copies, /tmp script): the fused MatMul keeps a Const's reordered
+#     copy, so CPU_FROZEN has none of it. Priced from 256 Ki elements, the smallest weight measured slower: under about
+#     125 Ki the MatMul's smaller fixed cost (overhead_us_by_term) outweighs the price anyway, and priced in between it
+#     left sites within a us or two of the conv that doubled Inception-ResNet-v2's probe ILP (HiGHS 0.9 -> 1.9 s; the
+#     tensat pass 4.3 -> 5.2 s). Before this price ResNet50V2's 1x1 convs on 2x2 and 4x4 images were taken as F39's
+#     MatMuls, a few us cheaper each as priced, and the model measured 2-3 % slower with them than without
+#     (BENCHMARKS.md, "MatMuls of a few rows by weights streamed from memory").
 # Large ops land within ~30 % of their measurement; sub-microsecond ops are as noisy as that between runs. The
 # measurements ran while other jobs shared the VM (fastest rounds kept); BENCHMARKS.md has whole-model sums.
 # `tensat_tf calibrate MODEL` prints the measured and the analytic sum of a model's op costs side by side.
@@ -198,8 +203,8 @@ CPU = Device(
     call_overhead_us=160.0, fused_matmul_us=9.0, fused_depthwise_us=4.0,
     fused_flops_per_element_by_term=(("Erfc", 33.0), ("Swish", 40.0)), onednn=True,
     variable_weight_ns_per_element=0.13,
-    variable_depthwise_us=2.5, streamed_matmul_rows=16, streamed_matmul_ns_per_element=0.04,
-    weight_cache_bytes=32 << 20)
+    variable_depthwise_us=2.5, streamed_matmul_rows=16, streamed_matmul_min_elements=256 * 1024,
+    streamed_matmul_ns_per_element=0.04, weight_cache_bytes=32 << 20)
 # CPU_FROZEN: the same runtime serving with TF_ONEDNN_ASSUME_FROZEN_WEIGHTS=1 (README, "Serving on a CPU with
 # oneDNN"): every filter's reordered copy is kept, as a Const's is.
 CPU_FROZEN = dataclasses.replace(CPU, name="cpu-frozen", variable_weight_ns_per_element=0.0, variable_depthwise_us=0.0,
