@@ -21,9 +21,9 @@ Experiments (each a chain of a few copies of the pattern, so that it outweighs t
                   + hard sigmoid (MobileNetV3) or swish + sigmoid (EfficientNet)
   conv1x1         a 1x1 conv + bias + ReLU6 on a small image, as the conv (bias and ReLU6 fused) or as rule F39's
                   MatMul of the pixel rows, reshaped back before the bias
-  matmul_vs_conv1x1 x [rows, K] by a variable [K, N] + bias + Relu, 1-64 rows, weights in and beyond the L2 cache:
-                  a 1x1 Conv2D of a [1, 1, rows, K] image, or a MatMul (both fused with their bias and Relu;
-                  cost/devices.py streamed_matmul_*)
+  matmul_vs_conv1x1 x [rows, K] by a variable [K, N] + bias + Relu, 1-64 rows, the weights of all copies in the L3
+                  cache or beyond it: a 1x1 Conv2D of a [1, 1, rows, K] image, or a MatMul (both fused with their bias
+                  and Relu; cost/devices.py streamed_matmul_*)
   sibling_conv1x1 an Inception branch head, 1x1 convs + bias + Relu side by side on one input at Inception-ResNet-v2's
                   shapes: a conv each, one conv of the joined filters + SplitV (rules MERGE-CONV-BIAS-*), a MatMul
                   each (F39), or one MatMul + SplitV
@@ -310,13 +310,17 @@ def conv1x1(tf):
 
 
 def matmul_vs_conv1x1(tf):
+    """The two forms share each copy's weight: COPIES of 1024 x 2048 (48 MB) outgrow the 32 MB L3 cache, of 512 x
+    512 (6 MB) fit it; 48 copies of 512 x 512 or 1024 x 256 (48 MB) outgrow it again, as a large model's do."""
     rows = []
-    for k, n, ms in ((1024, 2048, (1, 2, 4, 8, 16)), (1024, 1024, (4, 16, 64)), (512, 512, (1, 2, 4, 8, 16)),
-                     (1024, 512, (4,)), (512, 1024, (4,)), (2048, 256, (4,))):
+    for k, n, ms, copies in ((1024, 2048, (1, 2, 4, 8, 16), COPIES), (1024, 1024, (4, 16, 64), COPIES),
+                             (512, 512, (1, 2, 4, 8, 16), COPIES), (1024, 512, (4,), COPIES),
+                             (512, 1024, (4,), COPIES), (2048, 256, (4,), COPIES),
+                             (512, 512, (4, 16), 48), (1024, 256, (4, 16), 48), (512, 128, (64,), 48)):
         for m in ms:
             f = Forms(tf, (1, m, k))
             with f.graph.as_default():
-                ws = [(f.weight((k, n), 0.05), f.weight((n,))) for _ in range(COPIES)]
+                ws = [(f.weight((k, n), 0.05), f.weight((n,))) for _ in range(copies)]
                 outputs = {}
                 for form in ("Conv2D", "MatMul"):
                     ys = []
@@ -329,7 +333,7 @@ def matmul_vs_conv1x1(tf):
                         ys.append(tf.reshape(tf.nn.relu(tf.nn.bias_add(y, b)), [-1, m, n]))
                     outputs[form] = ys
                 f.sum_forms(outputs, 2)
-            rows += compare(tf, f"{m} rows x {k} -> {n} + bias + Relu", f)
+            rows += compare(tf, f"{m} rows x {k} -> {n} + bias + Relu, {copies} copies", f)
     return rows
 
 
