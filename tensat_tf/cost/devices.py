@@ -177,17 +177,20 @@ class Device:
 #     x N = 1024 x 2048: 1.48x at one row (a gemv), 0.90x at 2, 0.91x at 4, 0.93x at 8, 0.89x at 16 rows (0.035-0.063 ns
 #     per weight element); at 1024 x 1024 0.89x (4 rows), 0.91x (16), 1.12x at 64 rows (where the arithmetic hides the
 #     weight's traffic); where they fit it, at 512 x 512 1.04-1.15x at every row count; at 1024 x 512, 512 x 1024 and
-#     2048 x 256 (24 MB in all) 0.97x, 0.90x and 1.05x. With 48 copies (the same harness, /tmp script) 512 x 512
-#     streamed too: 0.93x [0.91, 0.95] at 4 rows (0.031 ns per element), 1024 x 256 0.96x at 16 rows and 0.98x at 4, 512
-#     x 128 1.06x at 64. So it is the model's whole set of variables against the cache that decides (cost/analytic.py
-#     weights_streamed): ResNet50V2's 94 MB do not fit, MobileNetV3's 10-22 MB do. With the weights as Consts the MatMul
-#     is the faster (1.50x at 4 x 1024 x 2048, six copies, /tmp script): the fused MatMul keeps a Const's reordered
-#     copy, so CPU_FROZEN has none of it. Priced from 256 Ki elements, the smallest weight measured slower: under about
-#     125 Ki the MatMul's smaller fixed cost (overhead_us_by_term) outweighs the price anyway, and priced in between it
-#     left sites within a us or two of the conv that doubled Inception-ResNet-v2's probe ILP (HiGHS 0.9 -> 1.9 s; the
-#     tensat pass 4.3 -> 5.2 s). Before this price ResNet50V2's 1x1 convs on 2x2 and 4x4 images were taken as F39's
-#     MatMuls, a few us cheaper each as priced, and the model measured 2-3 % slower with them than without
-#     (BENCHMARKS.md, "MatMuls of a few rows by weights streamed from memory").
+#     2048 x 256 (12 MB in all) 0.97x, 0.90x and 1.05x; 1024 x 1024's six weights (24 MB) already behaved as streamed,
+#     so in this VM, whose L3 other guests share, the boundary lies between 6 and 24 MB of weights; weight_cache_bytes
+#     is the L3's size, not fitted (a model of 6-32 MB of weights is priced as cached). With 48 copies (the same
+#     experiment's last rows) 512 x 512 streamed too: 0.94x [0.92, 0.97] at 4 rows (0.03 ns per element), 1024 x 256
+#     0.97x at 16 rows and 0.98x at 4, 512 x 128 1.06x at 64. So it is the model's whole set of variables against the
+#     cache that decides (cost/analytic.py weights_streamed): ResNet50V2's 94 MB do not fit, MobileNetV3's 10-22 MB do.
+#     With the weights as Consts the MatMul is the faster (1.50x at 4 x 1024 x 2048, six copies, /tmp script): the fused
+#     MatMul keeps a Const's reordered copy, so CPU_FROZEN has none of it. Priced from 256 Ki elements, the smallest
+#     weight measured slower: under about 125 Ki the MatMul's smaller fixed cost (overhead_us_by_term) outweighs the
+#     price anyway, and priced in between it left sites within a us or two of the conv that doubled
+#     Inception-ResNet-v2's probe ILP (HiGHS 0.9 -> 1.9 s; the tensat pass 4.3 -> 5.2 s). Before this price ResNet50V2's
+#     1x1 convs on 2x2 and 4x4 images were taken as F39's MatMuls, a few us cheaper each as priced, and the model
+#     measured 2-3 % slower with them than without (BENCHMARKS.md, "MatMuls of a few rows by weights streamed from
+#     memory").
 # Large ops land within ~30 % of their measurement; sub-microsecond ops are as noisy as that between runs. The
 # measurements ran while other jobs shared the VM (fastest rounds kept); BENCHMARKS.md has whole-model sums.
 # `tensat_tf calibrate MODEL` prints the measured and the analytic sum of a model's op costs side by side.
