@@ -219,8 +219,7 @@ def test_a_probe_gain_below_the_minimum_ends_saturation_on_the_cheaper_egraph(tm
     from tensat_tf.egraph.saturate import PROBE_MIN_GAIN
     costs = iter([1.0, 1.0 - PROBE_MIN_GAIN / 2, 0.5])        # the third is never asked for
     eg, _, _ = _egraph()
-    s = Session(eg)
-    res = saturate(s, _rules(tmp_path), Budget(iterations=10, match_limit=None, patience=1, **UNSCALED),
+    res = saturate(eg, _rules(tmp_path), Budget(iterations=10, match_limit=None, patience=1, **UNSCALED),
                    probe=lambda eg, iteration: next(costs))
     assert res.stop_reason == StopReason.NO_GAIN and len(res.iterations) == 3
     assert res.kept_iterations == res.final_iteration == 3 and res.enodes == res.iterations[-1].enodes
