@@ -182,9 +182,14 @@ class TensatPass:
             prep = self._prepared(ing, sizes_mod.exported(eg, ing), model)
             try:
                 prep.probed = extract(prep.priced, o.method, o.probe_seconds, o.solver, rel_gap=o.rel_gap,
-                                      work=o.probe_work)
+                                      work=o.probe_work, whole_first=self._whole_first)
             except NoExtraction:
                 pass
+            else:
+                if prep.probed.parts:
+                    # the whole ILP did not prove this e-graph within its first work: the next ones, grown from it,
+                    # go straight to their parts (tensat_tf/extract/__init__.py WHOLE_FIRST_WORK)
+                    self._whole_first = 0
             self._probes[iteration] = prep
             return None if prep.probed is None else prep.probed.dag_cost
         return probe
@@ -214,6 +219,7 @@ class TensatPass:
         o = self.options
         stats = self.stats = TensatStats()
         self._probes = {}
+        self._whole_first: Optional[int] = None
         watch = Stopwatch()
         stats.timing_s = watch.seconds
         lap = watch.lap
@@ -264,7 +270,8 @@ class TensatPass:
             res = prep.probed if prep.probed is not None and prep.probed.status == "optimal" else None
             ex["from_probe"] = res is not None
             if res is None:
-                res = extract(g, o.method, o.ilp_seconds, o.solver, rel_gap=o.rel_gap, work=o.ilp_work)
+                res = extract(g, o.method, o.ilp_seconds, o.solver, rel_gap=o.rel_gap, work=o.ilp_work,
+                              whole_first=self._whole_first)
         except NoExtraction as e:
             ex.update(status="fallback", cost_after=ex["cost_before"], error=str(e))
             stats.extraction = ex
@@ -272,7 +279,7 @@ class TensatPass:
             return graph_def
         ex.update(status=res.status, cost_after=round(res.dag_cost, 6), greedy_cost=res.greedy_dag_cost,
                   gap=res.gap, bound=res.bound, solver=res.solver, seconds=round(res.seconds, 4), acyclic=res.acyclic,
-                  work=res.work, clocked=res.clocked)
+                  work=res.work, clocked=res.clocked, parts=res.parts)
         stats.extraction = ex
         lap("extract")
         if not res.dag_cost < cost_before:

@@ -397,7 +397,7 @@ def test_cli_prints_one_json_line_and_rejects_bad_files(tmp_path, capsys):
     assert len(out) == 1
     row = json.loads(out[0])
     assert set(row) == {"file", "enodes", "eclasses", "dag_cost", "greedy_dag_cost", "method", "status", "seconds",
-                        "acyclic", "gap", "bound", "solver", "work", "clocked"}
+                        "acyclic", "gap", "bound", "solver", "work", "clocked", "parts"}
     assert row["dag_cost"] == 1.0 and row["acyclic"] is True and row["status"] == "optimal"
     assert row["clocked"] is False
 

@@ -123,20 +123,24 @@ def test_lagrangian_bound_with_any_multipliers_is_below_every_feasible_point():
 def test_pruning_keeps_every_choice_cheaper_than_the_start():
     """On random cyclic e-graphs, the nodes reduced-cost fixing drops (given the greedy choice) are in no choice
     cheaper than it, its bound is below the optimum, and the start survives; across the cases it drops something."""
-    dropped = 0
+    dropped = integral = 0
     for eg, choices in _random_cases(9, 60):
         start = greedy.greedy_choice(eg)
         ceiling = dag.dag_cost(eg, start)
-        model, low = ilp._pruned_model(eg, start, ceiling, "order", True, ilp._Spend(ilp.WORK, float("inf")), 0.0)
+        model, low, lp_choice = ilp._pruned_model(eg, start, ceiling, "order", True,
+                                                  ilp._Spend(ilp.WORK, float("inf")), 0.0)
         gone = model.egraph.blacklist - eg.blacklist
         dropped += len(gone)
         best = min(dag.dag_cost(eg, c) for c in choices)
         assert low is None or low <= best + 1e-9, (eg, low, best)
+        # an integral LP solution is an optimum: nothing acyclic is cheaper
+        assert lp_choice is None or (dag.is_valid(eg, lp_choice) and dag.dag_cost(eg, lp_choice) <= best + 1e-9)
+        integral += lp_choice is not None
         assert not gone & set(start.values())
         for choice in choices:
             if dag.dag_cost(eg, choice) < ceiling - 1e-9:
                 assert not gone & set(choice.values()), (eg, gone, choice)
-    assert dropped > 0
+    assert dropped > 0 and integral > 0
 
 
 @needs_highs

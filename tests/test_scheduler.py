@@ -225,6 +225,15 @@ def test_a_probe_gain_below_the_minimum_ends_saturation_on_the_cheaper_egraph(tm
     assert res.kept_iterations == res.final_iteration == 3 and res.enodes == res.iterations[-1].enodes
 
 
+def test_a_probe_cost_equal_but_for_rounding_keeps_the_earlier_egraph(tmp_path):
+    costs = iter([2.0, 1.0, 1.0 * (1 - 1e-14), 0.5])          # the fourth is never asked for
+    eg, _, _ = _egraph()
+    res = saturate(eg, _rules(tmp_path), Budget(iterations=10, match_limit=None, patience=1, **UNSCALED),
+                   probe=lambda eg, iteration: next(costs))
+    assert res.stop_reason == StopReason.NO_GAIN and len(res.iterations) == 4
+    assert res.kept_iterations == res.final_iteration == 3
+
+
 def test_the_probes_time_does_not_count_against_the_saturation_budget(tmp_path):
     """A probe has its own limits (the pass's probe_work and probe_seconds); charged to the saturation budget, a slow
     machine's probes would end saturation on time where a fast machine's do not."""

@@ -21,9 +21,10 @@ def main(args: list[str]) -> int:
 
 def run(path: str, method: str = "ilp", ilp_seconds: float = 10.0, solver: str = "auto", work: int = WORK) -> int:
     """Print {"file", "enodes", "eclasses", "dag_cost", "greedy_dag_cost", "method", "status", "seconds", "acyclic",
-    "gap", "bound", "solver", "work", "clocked"} as one JSON line (bound: the proven lower bound on any acyclic
-    choice's DAG cost, null for greedy; work: the solvers' work spent; clocked: whether the wall clock cut the search
-    short, so that another machine may choose otherwise) and return 0; raise a tensat_tf.errors class on failure
+    "gap", "bound", "solver", "work", "clocked", "parts"} as one JSON line (bound: the proven lower bound on any
+    acyclic choice's DAG cost, null for greedy; work: the solvers' work spent; clocked: whether the wall clock cut the
+    search short, so that another machine may choose otherwise; parts: how many parts the ILP solved one by one,
+    tensat_tf/extract/decompose.py, 0 for the whole e-graph) and return 0; raise a tensat_tf.errors class on failure
     (see the module docstring)."""
     from tensat_tf.extract import NoExtraction, extract, serialized    # not at import: the CLI loads every command
     if work < 1:
@@ -55,5 +56,6 @@ def run(path: str, method: str = "ilp", ilp_seconds: float = 10.0, solver: str =
         "solver": result.solver,
         "work": result.work,
         "clocked": result.clocked,
+        "parts": result.parts,
     }))
     return 0

@@ -6,8 +6,10 @@
 
 method="greedy" is the greedy DAG extractor (greedy.py); method="ilp" starts from it and improves it with an ILP
 (ilp.py) under a work limit (the same answer on every machine) and a hard wall-clock limit (the backstop), so its
-cost is never above greedy's; it stops once the choice is proven within 1 % of a lower bound (the solver's, the LP bound of reduced-cost fixing in prune.py, or the critical-path bound of
-bound.py). Every result is checked acyclic.
+cost is never above greedy's; it stops once the choice is proven within 1 % of a lower bound (the solver's, the
+LP bound of reduced-cost fixing in prune.py, or the critical-path bound of bound.py). An e-graph the whole ILP does
+not prove within WHOLE_FIRST_WORK units is solved in independent parts where it has them (decompose.py). Every
+result is checked acyclic.
 """
 from __future__ import annotations
 
@@ -16,10 +18,17 @@ import time
 from typing import Optional
 
 from tensat_tf.egraph.data import EGraphData
-from tensat_tf.extract import dag, greedy, ilp, solvers
+from tensat_tf.extract import dag, decompose, greedy, ilp, solvers
 from tensat_tf.extract.greedy import NoExtraction
 
 METHODS = ("ilp", "greedy")
+# An e-graph that splits into parts (decompose.py) gets this much work as a whole first: the whole ILP has one model
+# and one search where the parts have one each, and proves the suite's probe e-graphs in 2-30 units (0.03-1.1 s),
+# faster than their parts do (DenseNet-121: 0.28 s against 0.7 s for 60 parts; MobileNetV3-Small: 1.0 s at 30 units
+# against 1.6 s). Where it does not, the parts go on with the full limit: ResNet50 at 224 pixels, whose whole ILP
+# stops unproven on its limit of 60 units after 2-3.5 s and whose 19 parts take 1-1.4 s (BENCHMARKS.md). 0: the parts
+# alone.
+WHOLE_FIRST_WORK = 32
 SOLVERS = ("auto", "cbc", "highs")
 
 __all__ = ["Extraction", "NoExtraction", "extract", "METHODS", "SOLVERS"]
@@ -39,6 +48,7 @@ class Extraction:
     bound: Optional[float] = None             # proven lower bound on every acyclic choice's DAG cost (ILP only)
     work: int = 0                             # solver work spent (solvers.py), the same on every machine
     clocked: bool = False                     # the wall clock cut the search short: may differ on another machine
+    parts: int = 0                            # the parts solved one by one (decompose.py); 0: the whole e-graph only
 
 
 def resolve_solver(solver: str) -> str:
@@ -51,10 +61,11 @@ def resolve_solver(solver: str) -> str:
 
 
 def extract(egraph: EGraphData, method: str = "ilp", ilp_seconds: float = 10.0, solver: str = "auto",
-            rel_gap: float = ilp.REL_GAP, work: int = ilp.WORK) -> Extraction:
+            rel_gap: float = ilp.REL_GAP, work: int = ilp.WORK, whole_first: Optional[int] = None) -> Extraction:
     """Extract from `egraph`. For "ilp", `work` bounds the solvers' work (solvers.py) and `ilp_seconds` the whole
     call's wall clock (greedy, model building and solving), and the search stops once the choice is proven within
-    `rel_gap` (relative) of a lower bound.
+    `rel_gap` (relative) of a lower bound. An e-graph that splits into parts (decompose.py) is first tried whole with
+    `whole_first` units of work (default WHOLE_FIRST_WORK; 0: the parts straight away).
     Raises NoExtraction when no acyclic choice avoids the blacklist, ValueError on a bad argument."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, not {method!r}")
@@ -65,13 +76,69 @@ def extract(egraph: EGraphData, method: str = "ilp", ilp_seconds: float = 10.0, 
         return _finish(egraph, start, "greedy", "feasible", t0, None, None, start_cost)
 
     name = resolve_solver(solver)
-    res = ilp.solve_ilp(egraph, start, ilp_seconds - (time.monotonic() - t0), name, rel_gap=rel_gap, work=work)
+    parts = decompose.split(egraph)
+    whole_first = WHOLE_FIRST_WORK if whole_first is None else whole_first
+    if parts and not whole_first:
+        res = _solve_parts(egraph, parts, start, t0 + ilp_seconds, name, rel_gap, work)
+    else:
+        res = ilp.solve_ilp(egraph, start, ilp_seconds - (time.monotonic() - t0), name, rel_gap=rel_gap,
+                            work=min(work, whole_first) if parts else work)
+        if parts and res.status != "optimal":
+            res = _better(res, _solve_parts(egraph, parts, start, t0 + ilp_seconds, name, rel_gap, work), egraph,
+                          rel_gap)
+        else:
+            parts = []
     choice, status = res.choice, res.status
     valid = dag.is_valid(egraph, choice)
     if not valid:                               # never returned by solve_ilp; a last line of defence
         choice, status = start, "fallback"
-    return _finish(egraph, choice, "ilp", status, t0, res.gap, name, start_cost, res.bound, res.work, res.clocked,
-                   acyclic=True if valid else None)
+    out = _finish(egraph, choice, "ilp", status, t0, res.gap, name, start_cost, res.bound, res.work, res.clocked,
+                  acyclic=True if valid else None)
+    out.parts = len(parts)
+    return out
+
+
+def _solve_parts(egraph: EGraphData, parts: list[decompose.Part], start: dict[int, int], deadline: float, solver: str,
+                 rel_gap: float, work: int) -> ilp.IlpResult:
+    """The ILP on each part of a decomposed e-graph (decompose.py), one after another, merged: its cost is the sum of
+    the parts', and so is its bound. Each part is one ILP and gets `work`, as a whole e-graph would (a probe's 60 units
+    shared by ResNet50's 19 parts ran out before the last ones, which together needed 190-300 units and 1.0-1.4 s);
+    the clock, what is left of it. Never worse than `start`, the whole e-graph's greedy choice (each part starts from
+    its own greedy choice, which may add up to more)."""
+    choices, bound, used, clocked, statuses = [], 0.0, 0, False, set()
+    for part in parts:
+        g = part.egraph
+        res = ilp.solve_ilp(g, greedy.greedy_choice(g), deadline - time.monotonic(), solver, rel_gap=rel_gap,
+                            work=work)
+        choices.append(res.choice)
+        used += res.work
+        clocked |= res.clocked
+        statuses.add(res.status)
+        bound = None if bound is None or res.bound is None else bound + res.bound
+    choice = dag.prune(egraph, decompose.merge(egraph, parts, choices))
+    cost, start_cost = dag.dag_cost(egraph, choice), dag.dag_cost(egraph, start)
+    if not cost <= start_cost or not dag.is_valid(egraph, choice):
+        choice, cost = start, start_cost
+    if bound is not None:
+        bound = min(bound, cost)
+    gap = None if bound is None else (0.0 if cost <= 0 else (cost - bound) / cost)
+    if gap is not None and gap <= rel_gap:
+        status = "optimal"
+    else:
+        status = next(s for s in ("time_limit", "work_limit", "feasible", "fallback", "optimal") if s in statuses)
+    return ilp.IlpResult(choice, status, gap, bound, len(parts), used, clocked)
+
+
+def _better(whole: ilp.IlpResult, split: ilp.IlpResult, egraph: EGraphData, rel_gap: float) -> ilp.IlpResult:
+    """The cheaper choice of a whole e-graph's ILP and its split one, with the higher of their bounds."""
+    pick = split if dag.dag_cost(egraph, split.choice) < dag.dag_cost(egraph, whole.choice) else whole
+    cost = dag.dag_cost(egraph, pick.choice)
+    bounds = [b for b in (whole.bound, split.bound) if b is not None]
+    bound = min(max(bounds), cost) if bounds else None
+    gap = None if bound is None else (0.0 if cost <= 0 else (cost - bound) / cost)
+    status = "optimal" if gap is not None and gap <= rel_gap else pick.status
+    return ilp.IlpResult(pick.choice, status, gap, bound, whole.iterations + split.iterations,
+                         whole.work + split.work, whole.clocked or split.clocked)
 
 
 def _finish(egraph, choice, method, status, t0, gap, solver, start_cost, bound=None, work=0,

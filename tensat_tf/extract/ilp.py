@@ -324,9 +324,12 @@ def solve_ilp(egraph: EGraphData, start: dict[int, int], seconds: float, solver:
             if short_cycles:
                 model.add_short_cycle_cuts()
             return model
-        model, lp_bound = _pruned_model(on, best, best_cost, acyclicity, short_cycles, spend, rel_gap)
+        nonlocal best, best_cost
+        model, lp_bound, lp_choice = _pruned_model(on, best, best_cost, acyclicity, short_cycles, spend, rel_gap)
         if lp_bound is not None:                 # a bound of the acyclic problem with best_cost (prune.py)
             low = lp_bound if low is None else max(low, lp_bound)
+        if lp_choice is not None and dag.dag_cost(egraph, lp_choice) < best_cost:
+            best, best_cost = lp_choice, dag.dag_cost(egraph, lp_choice)
         return model
 
     def proven() -> bool:
@@ -447,6 +450,9 @@ _MIN_SECONDS = 0.5
 # Kept back from the solvers for reading and checking their answer here and in extract() (~0.3 s on bert.json).
 _TAIL = 0.4
 
+# An LP value this close to 0 or 1 counts as integral (HiGHS's own default tolerance, mip_feasibility_tolerance).
+_INTEGRAL = 1e-6
+
 # The SCC search hands back for pruning again once its choice is this much (relative) cheaper than the one the model
 # was pruned with (on bert.json: the greedy 0.8247, then 0.7837, which prunes the model to 2,009 nodes).
 _REPRUNE = 0.01
@@ -457,7 +463,7 @@ _SCC_SHARE = 0.75
 
 
 def _pruned_model(egraph: EGraphData, best: dict[int, int], best_cost: float, acyclicity: str, short_cycles: bool,
-                  spend: _Spend, rel_gap: float) -> tuple[_Model, Optional[float]]:
+                  spend: _Spend, rel_gap: float) -> tuple[_Model, Optional[float], Optional[dict[int, int]]]:
     """The model of `egraph` less the nodes that reduced-cost fixing (prune.py) excludes from every choice cheaper
     than `best` (of cost best_cost), and the highest LP-dual bound met: every acyclic choice costs at least
     min(best_cost, that bound). Each round solves the model's LP relaxation, blacklists the nodes it excludes,
@@ -465,7 +471,8 @@ def _pruned_model(egraph: EGraphData, best: dict[int, int], best_cost: float, ac
     while they exclude something (each excludes at least one node: a handful of rounds on TENSAT's e-graphs) and the
     bound is not yet within rel_gap; the clock (`spend`) stops them only as a backstop. The simplex method's path
     does not depend on the clock, so the rounds are the same on every machine. `best`'s nodes are never dropped, so
-    it stays a warm start."""
+    it stays a warm start. The third value: the LP's own solution when it is integral and a valid acyclic choice (then
+    the optimum, and no search is needed: most of a decomposed e-graph's small parts, decompose.py), else None."""
     keep = frozenset(best.values())
     black = set(egraph.blacklist)
     bound: Optional[float] = None
@@ -477,16 +484,21 @@ def _pruned_model(egraph: EGraphData, best: dict[int, int], best_cost: float, ac
         lp = solvers.solve_lp(model.milp, spend.seconds())
         if lp is None or lp.status != "optimal":
             spend.clocked |= lp is not None and lp.status == "time"
-            return model, bound
+            return model, bound, None
         low, reduced = lagrangian_bound(model.milp, lp.row_duals)
         bound = low if bound is None else max(bound, low)
+        x = lp.values[list(model.col.values())]
+        if np.all(np.minimum(x, 1.0 - x) <= _INTEGRAL):
+            choice = model.read_choice(lp.values)
+            if choice is not None and dag.is_valid(egraph, choice):
+                return model, bound, choice
         if best_cost - bound <= rel_gap * best_cost:
-            return model, bound
+            return model, bound, None
         nodes = [i for i in sorted(model.col) if i not in keep]
         out = excluded([model.col[i] for i in nodes], model.milp, low, reduced, best_cost)
         log.debug("prune: %d nodes, LP %.6f, bound %.6f, %d excluded", len(model.col), lp.objective, low, len(out))
         if not out:
-            return model, bound
+            return model, bound, None
         black.update(nodes[k] for k in out)
 
 

@@ -1,0 +1,146 @@
+"""Extraction split at cut classes (tensat_tf/extract/decompose.py): which classes are cuts, that the parts' costs add
+up to the whole's, and that the split extraction finds the brute-force optimum of small random chained e-graphs with
+fused terms."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+import tensat_tf.extract as extract_mod
+from tensat_tf.extract import dag, decompose, extract, greedy, ilp, solvers
+from random_egraphs import egraph
+from test_extract import _random_terms, _with_fused, brute_force
+
+SOLVER = "highs" if solvers.highs_available() else "cbc"
+
+
+@pytest.fixture(autouse=True)
+def every_cut(monkeypatch):
+    """Parts of any size: these e-graphs are far smaller than decompose.MIN_PART_NODES."""
+    monkeypatch.setattr(decompose, "MIN_PART_NODES", 1)
+
+# Classes: 0 = input, 1 = a weight (free), 2 = conv(in, w) or conv2(in), 3 = block output relu(2) or fused(in, w),
+# 4 = conv(3, w) or conv2(3), 5 = root relu(4). Class 3 is computed by every choice and only class 3 reaches below
+# it: the cut.
+TWO_BLOCKS = [("in", 0, (), 0.0), ("w", 1, (), 0.0), ("conv", 2, (0, 1), 3.0), ("conv2", 2, (0,), 4.0),
+              ("relu", 3, (2,), 1.0), ("fused", 3, (0, 1), 5.0), ("conv", 4, (3, 1), 2.0), ("conv2", 4, (3,), 3.0),
+              ("relu", 5, (4,), 1.0)]
+
+
+def _owners(parts):
+    """The class each part computes for the part above it (None for the roots' part)."""
+    return [None if p is parts[-1] else p.classes[p.egraph.roots[0]] for p in parts]
+
+
+def test_a_block_output_every_choice_computes_is_a_cut():
+    # 4 is a cut too; parts of at least 3 e-nodes keep only 3
+    parts = decompose.split(egraph(TWO_BLOCKS, [5]), min_nodes=3)
+    assert _owners(parts) == [3, None]
+    below, above = parts
+    assert sorted(below.classes) == [0, 1, 2, 3]          # the input is free: it costs nothing and reads nothing
+    # above: its own classes 4 and 5, the cut 3 as a leaf of cost 0, the shared weight
+    assert sorted(above.classes) == [1, 3, 4, 5]
+    assert _owners(decompose.split(egraph(TWO_BLOCKS, [5]))) == [3, 4, None]
+    leaf = [n for n, whole in enumerate(above.nodes) if whole is None]
+    assert len(leaf) == 1 and above.egraph.nodes[leaf[0]].cost == 0.0 and not above.egraph.nodes[leaf[0]].children
+
+
+def test_no_cut_where_a_node_above_reads_below_it():
+    # the root may also read class 2 directly: class 2 is then shared by both sides of class 3
+    spec = TWO_BLOCKS + [("relu2", 5, (4, 2), 0.5)]
+    assert decompose.split(egraph(spec, [5])) == []
+
+
+def test_no_cut_where_a_fused_node_reads_it():
+    # conv2 of class 4 fuses into class 3's producer only when it is class 3's only reader: class 3's price depends on
+    # what is above it
+    eg = _with_fused(egraph(TWO_BLOCKS, [5]), {7: (3, 1.0)})
+    assert 3 not in _owners(decompose.split(eg))
+
+
+def test_no_cut_where_a_choice_can_avoid_the_class():
+    spec = TWO_BLOCKS + [("skip", 4, (0,), 9.0)]            # class 4 straight from the input: class 3 not required
+    assert 3 not in _owners(decompose.split(egraph(spec, [5])))
+
+
+def _chained(rng: random.Random, blocks: int = 3, cross: float = 0.0):
+    """Random blocks of three classes in a chain (each reads the block before's last class, the input or a free weight;
+    cycles inside a block are common), and with probability `cross` a node that reads the middle of the block before."""
+    spec = [("in", 0, (), 0.0), ("w", 1, (), 0.0)]
+    prev, first = 0, 2
+    for _ in range(blocks):
+        block = list(range(first, first + 3))
+        for c in block:
+            for _ in range(rng.randint(1, 2)):
+                pool = [prev, 1] + [k for k in block if k != c]
+                spec.append(("op", c, tuple(rng.sample(pool, rng.choice([1, 2]))), float(rng.randint(0, 5))))
+        if prev != 0 and rng.random() < cross:
+            spec.append(("cross", block[-1], (prev - 1,), float(rng.randint(0, 5))))
+        prev, first = block[-1], first + 3
+    return egraph(spec, [prev])
+
+
+@pytest.fixture
+def parts_solved(monkeypatch):
+    """The parts alone, without a try of the whole first (which proves these small e-graphs at once), and the number
+    of times they were solved."""
+    monkeypatch.setattr(extract_mod, "WHOLE_FIRST_WORK", 0)
+    calls = []
+    solve = extract_mod._solve_parts
+    monkeypatch.setattr(extract_mod, "_solve_parts", lambda *a: calls.append(1) or solve(*a))
+    return calls
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_split_extraction_matches_brute_force_on_random_chains(fused, parts_solved):
+    rng = random.Random(21 + fused)
+    checked = 0
+    while checked < 40:
+        eg = _chained(rng, cross=0.3)
+        if fused:       # fewer than _random_terms gives: a fused node reading a block's output keeps it whole
+            terms = _random_terms(rng, eg, 0.3, 0.3)
+            eg = _with_fused(eg, {i: t for i, t in terms.items() if rng.random() < 0.4})
+        best = brute_force(eg)
+        if best == float("inf"):
+            continue
+        res = extract(eg, "ilp", 10, SOLVER, rel_gap=0.0)
+        assert dag.is_valid(eg, res.choice) and res.status == "optimal", (eg, res)
+        assert dag.dag_cost(eg, res.choice) == pytest.approx(best), (eg, res)
+        assert res.bound <= best + 1e-9
+        checked += 1
+    assert len(parts_solved) >= 5       # the parts were solved (15 and 8 of 40)
+
+
+def test_parts_costs_add_up_to_the_merged_choice():
+    rng = random.Random(5)
+    seen = 0
+    while seen < 30:
+        eg = _with_fused(_chained(rng, blocks=4), {})
+        eg = _with_fused(eg, _random_terms(rng, eg, 0.3, 0.3))
+        try:
+            parts = decompose.split(eg)
+        except greedy.NoExtraction:
+            continue
+        if not parts:
+            continue
+        choices = [greedy.greedy_choice(p.egraph) for p in parts]
+        merged = dag.prune(eg, decompose.merge(eg, parts, choices))
+        assert dag.is_valid(eg, merged)
+        assert dag.dag_cost(eg, merged) == pytest.approx(sum(dag.dag_cost(p.egraph, c)
+                                                             for p, c in zip(parts, choices)))
+        seen += 1
+
+
+def test_the_split_finds_what_the_whole_ilp_finds(parts_solved):
+    rng = random.Random(8)
+    for _ in range(20):
+        eg = _chained(rng, blocks=5)
+        try:
+            start = greedy.greedy_choice(eg)
+        except greedy.NoExtraction:
+            continue
+        whole = ilp.solve_ilp(eg, start, 10, SOLVER, rel_gap=0.0)
+        res = extract(eg, "ilp", 10, SOLVER, rel_gap=0.0)
+        assert res.status == whole.status == "optimal"
+        assert res.dag_cost == pytest.approx(dag.dag_cost(eg, whole.choice))
