@@ -271,7 +271,7 @@ class TensatPass:
             ex["from_probe"] = res is not None
             if res is None:
                 res = extract(g, o.method, o.ilp_seconds, o.solver, rel_gap=o.rel_gap, work=o.ilp_work,
-                              whole_first=self._whole_first)
+                              whole_first=self._whole_first, previous=prep.probed)
         except NoExtraction as e:
             ex.update(status="fallback", cost_after=ex["cost_before"], error=str(e))
             stats.extraction = ex

@@ -3,6 +3,7 @@ up to the whole's, and that the split extraction finds the brute-force optimum o
 fused terms."""
 from __future__ import annotations
 
+import dataclasses
 import random
 
 import pytest
@@ -144,3 +145,26 @@ def test_the_split_finds_what_the_whole_ilp_finds(parts_solved):
         res = extract(eg, "ilp", 10, SOLVER, rel_gap=0.0)
         assert res.status == whole.status == "optimal"
         assert res.dag_cost == pytest.approx(dag.dag_cost(eg, whole.choice))
+
+
+def test_a_later_extraction_of_the_same_egraph_takes_the_parts_proven_before(parts_solved, monkeypatch):
+    rng = random.Random(3)
+    while True:
+        eg = _chained(rng, blocks=6)
+        try:
+            if len(decompose.split(eg)) > 2:
+                break
+        except greedy.NoExtraction:
+            pass
+    first = extract(eg, "ilp", 10, SOLVER, rel_gap=0.0)
+    assert first.parts == len(first.part_results) > 1 and first.status == "optimal"
+    solved = []
+    solve = ilp.solve_ilp
+    monkeypatch.setattr(ilp, "solve_ilp", lambda *a, **k: solved.append(1) or solve(*a, **k))
+    again = extract(eg, "ilp", 10, SOLVER, rel_gap=0.0, previous=first)
+    assert solved == [] and again.choice == first.choice and again.bound == first.bound and again.work == 0
+    # a part the previous extraction did not prove is searched again
+    unproven = dataclasses.replace(first.part_results[0], status="work_limit")
+    extract(eg, "ilp", 10, SOLVER, rel_gap=0.0,
+            previous=dataclasses.replace(first, part_results=(unproven,) + first.part_results[1:]))
+    assert solved == [1]

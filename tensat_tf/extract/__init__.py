@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Optional
+from typing import Optional, Sequence
 
 from tensat_tf.egraph.data import EGraphData
 from tensat_tf.extract import dag, decompose, greedy, ilp, solvers
@@ -49,6 +49,7 @@ class Extraction:
     work: int = 0                             # solver work spent (solvers.py), the same on every machine
     clocked: bool = False                     # the wall clock cut the search short: may differ on another machine
     parts: int = 0                            # the parts solved one by one (decompose.py); 0: the whole e-graph only
+    part_results: tuple = ()                  # each part's ilp.IlpResult, for a later extraction of the same e-graph
 
 
 def resolve_solver(solver: str) -> str:
@@ -61,11 +62,14 @@ def resolve_solver(solver: str) -> str:
 
 
 def extract(egraph: EGraphData, method: str = "ilp", ilp_seconds: float = 10.0, solver: str = "auto",
-            rel_gap: float = ilp.REL_GAP, work: int = ilp.WORK, whole_first: Optional[int] = None) -> Extraction:
+            rel_gap: float = ilp.REL_GAP, work: int = ilp.WORK, whole_first: Optional[int] = None,
+            previous: Optional["Extraction"] = None) -> Extraction:
     """Extract from `egraph`. For "ilp", `work` bounds the solvers' work (solvers.py) and `ilp_seconds` the whole
     call's wall clock (greedy, model building and solving), and the search stops once the choice is proven within
     `rel_gap` (relative) of a lower bound. An e-graph that splits into parts (decompose.py) is first tried whole with
-    `whole_first` units of work (default WHOLE_FIRST_WORK; 0: the parts straight away).
+    `whole_first` units of work (default WHOLE_FIRST_WORK; 0: the parts straight away). `previous`: an extraction of
+    this same e-graph with the same rel_gap under other limits (a saturation probe's): the parts it proved are taken
+    as they are, as searching them again would prove the same choice.
     Raises NoExtraction when no acyclic choice avoids the blacklist, ValueError on a bad argument."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, not {method!r}")
@@ -78,14 +82,16 @@ def extract(egraph: EGraphData, method: str = "ilp", ilp_seconds: float = 10.0, 
     name = resolve_solver(solver)
     parts = decompose.split(egraph)
     whole_first = WHOLE_FIRST_WORK if whole_first is None else whole_first
+    known = previous.part_results if previous is not None and len(previous.part_results) == len(parts) else ()
+    results: list[ilp.IlpResult] = []
     if parts and not whole_first:
-        res = _solve_parts(egraph, parts, start, t0 + ilp_seconds, name, rel_gap, work)
+        res, results = _solve_parts(egraph, parts, start, t0 + ilp_seconds, name, rel_gap, work, known)
     else:
         res = ilp.solve_ilp(egraph, start, ilp_seconds - (time.monotonic() - t0), name, rel_gap=rel_gap,
                             work=min(work, whole_first) if parts else work)
         if parts and res.status != "optimal":
-            res = _better(res, _solve_parts(egraph, parts, start, t0 + ilp_seconds, name, rel_gap, work), egraph,
-                          rel_gap)
+            split, results = _solve_parts(egraph, parts, start, t0 + ilp_seconds, name, rel_gap, work, known)
+            res = _better(res, split, egraph, rel_gap)
         else:
             parts = []
     choice, status = res.choice, res.status
@@ -94,22 +100,28 @@ def extract(egraph: EGraphData, method: str = "ilp", ilp_seconds: float = 10.0, 
         choice, status = start, "fallback"
     out = _finish(egraph, choice, "ilp", status, t0, res.gap, name, start_cost, res.bound, res.work, res.clocked,
                   acyclic=True if valid else None)
-    out.parts = len(parts)
+    out.parts, out.part_results = len(parts), tuple(results)
     return out
 
 
 def _solve_parts(egraph: EGraphData, parts: list[decompose.Part], start: dict[int, int], deadline: float, solver: str,
-                 rel_gap: float, work: int) -> ilp.IlpResult:
+                 rel_gap: float, work: int, known: Sequence[ilp.IlpResult] = ()
+                 ) -> tuple[ilp.IlpResult, list[ilp.IlpResult]]:
     """The ILP on each part of a decomposed e-graph (decompose.py), one after another, merged: its cost is the sum of
     the parts', and so is its bound. Each part is one ILP and gets `work`, as a whole e-graph would (a probe's 60 units
     shared by ResNet50's 19 parts ran out before the last ones, which together needed 190-300 units and 1.0-1.4 s);
     the clock, what is left of it. Never worse than `start`, the whole e-graph's greedy choice (each part starts from
-    its own greedy choice, which may add up to more)."""
-    choices, bound, used, clocked, statuses = [], 0.0, 0, False, set()
-    for part in parts:
+    its own greedy choice, which may add up to more). `known`: earlier results of these parts, those proven taken as
+    they are. Also returns each part's result."""
+    choices, bound, used, clocked, statuses, results = [], 0.0, 0, False, set(), []
+    for k, part in enumerate(parts):
         g = part.egraph
-        res = ilp.solve_ilp(g, greedy.greedy_choice(g), deadline - time.monotonic(), solver, rel_gap=rel_gap,
-                            work=work)
+        if k < len(known) and known[k].status == "optimal":
+            res = dataclasses.replace(known[k], work=0, clocked=False)
+        else:
+            res = ilp.solve_ilp(g, greedy.greedy_choice(g), deadline - time.monotonic(), solver, rel_gap=rel_gap,
+                                work=work)
+        results.append(res)
         choices.append(res.choice)
         used += res.work
         clocked |= res.clocked
@@ -126,7 +138,7 @@ def _solve_parts(egraph: EGraphData, parts: list[decompose.Part], start: dict[in
         status = "optimal"
     else:
         status = next(s for s in ("time_limit", "work_limit", "feasible", "fallback", "optimal") if s in statuses)
-    return ilp.IlpResult(choice, status, gap, bound, len(parts), used, clocked)
+    return ilp.IlpResult(choice, status, gap, bound, len(parts), used, clocked), results
 
 
 def _better(whole: ilp.IlpResult, split: ilp.IlpResult, egraph: EGraphData, rel_gap: float) -> ilp.IlpResult:
