@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Optional, Sequence
+from typing import Optional
 
 from tensat_tf.egraph.data import EGraphData
 from tensat_tf.extract import dag, decompose, greedy, ilp, solvers
@@ -80,20 +80,20 @@ def extract(egraph: EGraphData, method: str = "ilp", ilp_seconds: float = 10.0, 
         return _finish(egraph, start, "greedy", "feasible", t0, None, None, start_cost)
 
     name = resolve_solver(solver)
-    parts = decompose.split(egraph)
+    where = decompose.find(egraph)
     whole_first = WHOLE_FIRST_WORK if whole_first is None else whole_first
-    known = previous.part_results if previous is not None and len(previous.part_results) == len(parts) else ()
+    parts: list[decompose.Part] = []
     results: list[ilp.IlpResult] = []
-    if parts and not whole_first:
-        res, results = _solve_parts(egraph, parts, start, t0 + ilp_seconds, name, rel_gap, work, known)
+    if where is not None and not whole_first:
+        parts = where.parts()
+        res, results = _solve_parts(egraph, parts, start, t0 + ilp_seconds, name, rel_gap, work, previous)
     else:
         res = ilp.solve_ilp(egraph, start, ilp_seconds - (time.monotonic() - t0), name, rel_gap=rel_gap,
-                            work=min(work, whole_first) if parts else work)
-        if parts and res.status != "optimal":
-            split, results = _solve_parts(egraph, parts, start, t0 + ilp_seconds, name, rel_gap, work, known)
+                            work=min(work, whole_first) if where is not None else work)
+        if where is not None and res.status != "optimal":
+            parts = where.parts()
+            split, results = _solve_parts(egraph, parts, start, t0 + ilp_seconds, name, rel_gap, work, previous)
             res = _better(res, split, egraph, rel_gap)
-        else:
-            parts = []
     choice, status = res.choice, res.status
     valid = dag.is_valid(egraph, choice)
     if not valid:                               # never returned by solve_ilp; a last line of defence
@@ -105,14 +105,15 @@ def extract(egraph: EGraphData, method: str = "ilp", ilp_seconds: float = 10.0, 
 
 
 def _solve_parts(egraph: EGraphData, parts: list[decompose.Part], start: dict[int, int], deadline: float, solver: str,
-                 rel_gap: float, work: int, known: Sequence[ilp.IlpResult] = ()
+                 rel_gap: float, work: int, previous: Optional[Extraction] = None
                  ) -> tuple[ilp.IlpResult, list[ilp.IlpResult]]:
     """The ILP on each part of a decomposed e-graph (decompose.py), one after another, merged: its cost is the sum of
     the parts', and so is its bound. Each part is one ILP and gets `work`, as a whole e-graph would (a probe's 60 units
     shared by ResNet50's 19 parts ran out before the last ones, which together needed 190-300 units and 1.0-1.4 s);
     the clock, what is left of it. Never worse than `start`, the whole e-graph's greedy choice (each part starts from
-    its own greedy choice, which may add up to more). `known`: earlier results of these parts, those proven taken as
-    they are. Also returns each part's result."""
+    its own greedy choice, which may add up to more). `previous`: an extraction of the same e-graph, whose proven
+    parts are taken as they are. Also returns each part's result."""
+    known = previous.part_results if previous is not None and len(previous.part_results) == len(parts) else ()
     choices, bound, used, clocked, statuses, results = [], 0.0, 0, False, set(), []
     for k, part in enumerate(parts):
         g = part.egraph

@@ -48,9 +48,32 @@ class Part:
     classes: list[int]            # part class -> whole class
 
 
+@dataclasses.dataclass
+class Split:
+    """Where an e-graph splits: its cuts, and the classes of each part (by the cut it hangs from; _TOP: the roots').
+    The parts themselves are built only when asked for: an extraction that the whole ILP proves needs none."""
+    egraph: EGraphData
+    red: Reduced
+    members: dict[int, list[int]]
+    cuts: frozenset[int]
+    free: frozenset[int]
+
+    def parts(self) -> list[Part]:
+        """The parts, the roots' part last; [] if one reads what it should not (cannot happen: a last check)."""
+        out = [_part(self.egraph, self.red, self.members[o], [o] if o != _TOP else list(self.red.roots), self.cuts,
+                     self.free) for o in sorted(self.cuts) + [_TOP]]
+        return [] if any(p is None for p in out) else out
+
+
 def split(egraph: EGraphData, red: Optional[Reduced] = None, min_nodes: Optional[int] = None) -> list[Part]:
-    """The parts of `egraph` (reduced first: reduce.py), the roots' part last; [] when it has no cut. A cut whose part
-    would have fewer than `min_nodes` e-nodes (default MIN_PART_NODES) is not used: its classes join the part above."""
+    """The parts of `egraph` (find, then Split.parts); [] when it has no cut."""
+    where = find(egraph, red, min_nodes)
+    return where.parts() if where is not None else []
+
+
+def find(egraph: EGraphData, red: Optional[Reduced] = None, min_nodes: Optional[int] = None) -> Optional[Split]:
+    """Where `egraph` (reduced first: reduce.py) splits; None when it has no cut. A cut whose part would have fewer
+    than `min_nodes` e-nodes (default MIN_PART_NODES) is not used: its classes join the part above."""
     red = reduce(egraph) if red is None else red
     min_nodes = MIN_PART_NODES if min_nodes is None else min_nodes
     free = _free_classes(egraph, red)
@@ -78,7 +101,7 @@ def split(egraph: EGraphData, red: Optional[Reduced] = None, min_nodes: Optional
         if c not in cuts and up != _TOP:
             size[up] += size[c]
     if not cuts:
-        return []
+        return None
     owner: dict[int, int] = {}
     for c in sorted(idom):
         w = c
@@ -89,9 +112,7 @@ def split(egraph: EGraphData, red: Optional[Reduced] = None, min_nodes: Optional
     for c in sorted(owner):
         if c != _TOP:
             members[owner[c]].append(c)
-    parts = [_part(egraph, red, members[o], [o] if o != _TOP else list(red.roots), frozenset(cuts), free)
-             for o in sorted(cuts) + [_TOP]]
-    return [] if any(p is None for p in parts) else parts
+    return Split(egraph, red, dict(members), frozenset(cuts), free)
 
 
 def merge(egraph: EGraphData, parts: list[Part], choices: list[dict[int, int]]) -> dict[int, int]:
