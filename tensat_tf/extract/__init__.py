@@ -84,14 +84,12 @@ def extract(egraph: EGraphData, method: str = "ilp", ilp_seconds: float = 10.0, 
     whole_first = WHOLE_FIRST_WORK if whole_first is None else whole_first
     parts: list[decompose.Part] = []
     results: list[ilp.IlpResult] = []
-    if where is not None and not whole_first:
-        parts = where.parts()
+    if where is not None and not whole_first and (parts := where.parts()):
         res, results = _solve_parts(egraph, parts, start, t0 + ilp_seconds, name, rel_gap, work, previous)
     else:
         res = ilp.solve_ilp(egraph, start, ilp_seconds - (time.monotonic() - t0), name, rel_gap=rel_gap,
-                            work=min(work, whole_first) if where is not None else work)
-        if where is not None and res.status != "optimal":
-            parts = where.parts()
+                            work=min(work, whole_first or work) if where is not None else work)
+        if where is not None and res.status != "optimal" and (parts := where.parts()):
             split, results = _solve_parts(egraph, parts, start, t0 + ilp_seconds, name, rel_gap, work, previous)
             res = _better(res, split, egraph, rel_gap)
     choice, status = res.choice, res.status
