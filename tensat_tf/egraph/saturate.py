@@ -51,13 +51,13 @@ from typing import Optional
 from tensat_tf import terms
 from tensat_tf.egraph.session import EgglogError, RunReport, Session
 from tensat_tf.options import PROBE_MIN_GAIN, Budget
+from tensat_tf.rules import RuleSet, compile_rule, counting_name, ruleset_name
+from tensat_tf.rules.syntax import to_text, variables
 
 # Probe costs this close (relative) are the same program summed in another order: the earlier e-graph, smaller and
 # already proven, is kept (ResNet50 at 224 pixels: 75.31851173979794 after 75.31851173979796 kept an e-graph whose
 # probe had stopped unproven, and the final extraction ran again for 1.4 s).
 _SAME_COST = 1e-9
-from tensat_tf.rules import RuleSet, compile_rule, counting_name, ruleset_name
-from tensat_tf.rules.syntax import to_text, variables
 
 TERM_FUNCTIONS = terms.NAMES
 

