@@ -89,6 +89,8 @@ def find(egraph: EGraphData, red: Optional[Reduced] = None, min_nodes: Optional[
     idom = nx.immediate_dominators(graph, _TOP)
     postorder = _postorder(idom)
     cuts = set(_cuts(egraph, red, graph, idom, postorder))
+    if not cuts:
+        return None
     size = {c: len(red.classes[c]) for c in idom if c != _TOP}
     for c in postorder:                      # children first: a small part joins the one above before it is sized
         if c == _TOP:
