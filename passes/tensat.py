@@ -182,17 +182,18 @@ class TensatPass:
             prep = self._prepared(ing, sizes_mod.exported(eg, ing), model)
             try:
                 prep.probed = extract(prep.priced, o.method, o.probe_seconds, o.solver, rel_gap=o.rel_gap,
-                                      work=o.probe_work, whole_first=self._whole_first)
+                                      work=o.probe_work, whole_first=self._whole_first())
             except NoExtraction:
                 pass
-            else:
-                if prep.probed.parts:
-                    # the whole ILP did not prove this e-graph within its first work: the next ones, grown from it,
-                    # go straight to their parts (tensat_tf/extract/__init__.py WHOLE_FIRST_WORK)
-                    self._whole_first = 0
             self._probes[iteration] = prep
             return None if prep.probed is None else prep.probed.dag_cost
         return probe
+
+    def _whole_first(self) -> Optional[int]:
+        """The work an extraction gives its whole e-graph before the parts: none once a probe of this pass had to
+        split (the whole ILP did not prove that e-graph within its first work, and the next ones grow from it);
+        otherwise the default (tensat_tf/extract/__init__.py WHOLE_FIRST_WORK)."""
+        return 0 if any(p.probed is not None and p.probed.parts for p in self._probes.values()) else None
 
     def optimize(self, graph_def, item: GrapplerItem):
         with _older_objects_frozen():
@@ -219,7 +220,6 @@ class TensatPass:
         o = self.options
         stats = self.stats = TensatStats()
         self._probes = {}
-        self._whole_first: Optional[int] = None
         watch = Stopwatch()
         stats.timing_s = watch.seconds
         lap = watch.lap
@@ -271,7 +271,7 @@ class TensatPass:
             ex["from_probe"] = res is not None
             if res is None:
                 res = extract(g, o.method, o.ilp_seconds, o.solver, rel_gap=o.rel_gap, work=o.ilp_work,
-                              whole_first=self._whole_first, previous=prep.probed)
+                              whole_first=self._whole_first(), previous=prep.probed)
         except NoExtraction as e:
             ex.update(status="fallback", cost_after=ex["cost_before"], error=str(e))
             stats.extraction = ex

@@ -314,7 +314,8 @@ def test_a_matmul_of_a_few_rows_on_weights_streamed_from_memory_is_slower_than_a
     than a 1x1 conv of as many pixels on it (Device.streamed_matmul_*), where weights that stay in the L3 cache ran
     faster as MatMuls: whether they stay is the model's whole set of variables against the cache. Priced so, rule F39
     keeps ResNet50V2's (94 MB) 1x1 convs on 2x2 and 4x4 images. One row (a gemv), 32 rows or more, a weight under
-    256 Ki elements, frozen weights: no such price. Same FLOPs and bytes otherwise, so the roofline prices the two alike."""
+    256 Ki elements, frozen weights: no such price. Same FLOPs and bytes otherwise, so the roofline prices the two
+    alike."""
     import dataclasses
     from tensat_tf.cost.devices import CPU_FROZEN
 

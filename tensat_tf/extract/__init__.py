@@ -85,12 +85,14 @@ def extract(egraph: EGraphData, method: str = "ilp", ilp_seconds: float = 10.0, 
     parts: list[decompose.Part] = []
     results: list[ilp.IlpResult] = []
     if where is not None and not whole_first and (parts := where.parts()):
-        res, results = _solve_parts(egraph, parts, start, t0 + ilp_seconds, name, rel_gap, work, previous)
+        res, results = _solve_parts(egraph, parts, start, start_cost, t0 + ilp_seconds, name, rel_gap, work,
+                                    previous)
     else:
         res = ilp.solve_ilp(egraph, start, ilp_seconds - (time.monotonic() - t0), name, rel_gap=rel_gap,
                             work=min(work, whole_first or work) if where is not None else work)
         if where is not None and res.status != "optimal" and (parts := where.parts()):
-            split, results = _solve_parts(egraph, parts, start, t0 + ilp_seconds, name, rel_gap, work, previous)
+            split, results = _solve_parts(egraph, parts, start, start_cost, t0 + ilp_seconds, name, rel_gap, work,
+                                          previous)
             res = _better(res, split, egraph, rel_gap)
     choice, status = res.choice, res.status
     valid = dag.is_valid(egraph, choice)
@@ -102,15 +104,15 @@ def extract(egraph: EGraphData, method: str = "ilp", ilp_seconds: float = 10.0, 
     return out
 
 
-def _solve_parts(egraph: EGraphData, parts: list[decompose.Part], start: dict[int, int], deadline: float, solver: str,
-                 rel_gap: float, work: int, previous: Optional[Extraction] = None
+def _solve_parts(egraph: EGraphData, parts: list[decompose.Part], start: dict[int, int], start_cost: float,
+                 deadline: float, solver: str, rel_gap: float, work: int, previous: Optional[Extraction] = None
                  ) -> tuple[ilp.IlpResult, list[ilp.IlpResult]]:
     """The ILP on each part of a decomposed e-graph (decompose.py), one after another, merged: its cost is the sum of
     the parts', and so is its bound. Each part is one ILP and gets `work`, as a whole e-graph would (a probe's 60 units
     shared by ResNet50's 19 parts ran out before the last ones, which together needed 190-300 units and 1.0-1.4 s);
     the clock, what is left of it. Never worse than `start`, the whole e-graph's greedy choice (each part starts from
-    its own greedy choice, which may add up to more). `previous`: an extraction of the same e-graph, whose proven
-    parts are taken as they are. Also returns each part's result."""
+    its own greedy choice, which may add up to more; start_cost: its DAG cost). `previous`: an extraction of the same
+    e-graph, whose proven parts are taken as they are. Also returns each part's result."""
     known = previous.part_results if previous is not None and len(previous.part_results) == len(parts) else ()
     choices, bound, used, clocked, statuses, results = [], 0.0, 0, False, set(), []
     for k, part in enumerate(parts):
@@ -127,12 +129,12 @@ def _solve_parts(egraph: EGraphData, parts: list[decompose.Part], start: dict[in
         statuses.add(res.status)
         bound = None if bound is None or res.bound is None else bound + res.bound
     choice = dag.prune(egraph, decompose.merge(egraph, parts, choices))
-    cost, start_cost = dag.dag_cost(egraph, choice), dag.dag_cost(egraph, start)
+    cost = dag.dag_cost(egraph, choice)
     if not cost <= start_cost or not dag.is_valid(egraph, choice):
         choice, cost = start, start_cost
     if bound is not None:
         bound = min(bound, cost)
-    gap = None if bound is None else (0.0 if cost <= 0 else (cost - bound) / cost)
+    gap = None if bound is None else ilp._gap(cost, bound)
     if gap is not None and gap <= rel_gap:
         status = "optimal"
     else:
@@ -142,11 +144,11 @@ def _solve_parts(egraph: EGraphData, parts: list[decompose.Part], start: dict[in
 
 def _better(whole: ilp.IlpResult, split: ilp.IlpResult, egraph: EGraphData, rel_gap: float) -> ilp.IlpResult:
     """The cheaper choice of a whole e-graph's ILP and its split one, with the higher of their bounds."""
-    pick = split if dag.dag_cost(egraph, split.choice) < dag.dag_cost(egraph, whole.choice) else whole
-    cost = dag.dag_cost(egraph, pick.choice)
+    whole_cost, split_cost = dag.dag_cost(egraph, whole.choice), dag.dag_cost(egraph, split.choice)
+    pick, cost = (split, split_cost) if split_cost < whole_cost else (whole, whole_cost)
     bounds = [b for b in (whole.bound, split.bound) if b is not None]
     bound = min(max(bounds), cost) if bounds else None
-    gap = None if bound is None else (0.0 if cost <= 0 else (cost - bound) / cost)
+    gap = None if bound is None else ilp._gap(cost, bound)
     status = "optimal" if gap is not None and gap <= rel_gap else pick.status
     return ilp.IlpResult(pick.choice, status, gap, bound, whole.iterations + split.iterations,
                          whole.work + split.work, whole.clocked or split.clocked)
