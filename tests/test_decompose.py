@@ -168,3 +168,35 @@ def test_a_later_extraction_of_the_same_egraph_takes_the_parts_proven_before(par
     extract(eg, "ilp", 10, SOLVER, rel_gap=0.0,
             previous=dataclasses.replace(first, part_results=(unproven,) + first.part_results[1:]))
     assert solved == [1]
+
+
+def test_a_repeated_block_is_solved_once(parts_solved, monkeypatch):
+    # five equal blocks: class A = conv(prev, w) or conv2(prev), block output B = relu(A) or fused(prev, w)
+    spec, prev = [("in", 0, (), 0.0), ("w", 1, (), 0.0)], 0
+    for k in range(5):
+        a, b = 2 + 2 * k, 3 + 2 * k
+        spec += [("conv", a, (prev, 1), 3.0), ("conv2", a, (prev,), 4.0), ("relu", b, (a,), 1.0),
+                 ("fused", b, (prev, 1), 5.0)]
+        prev = b
+    eg = egraph(spec, [prev])
+    parts = decompose.split(eg)
+    keys = [p.key() for p in parts]
+    assert len(parts) == 5 and len(set(keys)) == 2 and keys[1:] == [keys[1]] * 4   # the first reads the input
+    solved = []
+    solve = ilp.solve_ilp
+    monkeypatch.setattr(ilp, "solve_ilp", lambda *a, **k: solved.append(1) or solve(*a, **k))
+    res = extract(eg, "ilp", 10, SOLVER, rel_gap=0.0)
+    assert len(solved) == 2 and res.parts == 5 and res.status == "optimal"
+    assert res.dag_cost == pytest.approx(brute_force(eg)) == pytest.approx(5 * 4.0)
+    assert [r.work for r in res.part_results[2:]] == [0, 0, 0]
+
+
+def test_only_an_egraph_that_splits_gives_its_whole_ilp_up_early(monkeypatch):
+    asked = []
+    solve = ilp.solve_ilp
+    monkeypatch.setattr(ilp, "solve_ilp", lambda *a, **k: asked.append(k.get("give_up")) or solve(*a, **k))
+    extract(egraph(TWO_BLOCKS, [5]), "ilp", 10, SOLVER)
+    assert asked == [extract_mod.WHOLE_GIVE_UP]
+    asked.clear()
+    extract(egraph(TWO_BLOCKS[:4], [2]), "ilp", 10, SOLVER)     # one block: no cut
+    assert asked == [None]

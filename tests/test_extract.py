@@ -498,6 +498,21 @@ def test_a_work_limit_stops_highs_where_it_stops_on_a_busy_machine(busy_machine)
 
 
 @pytest.mark.skipif(not solvers.highs_available(), reason="highspy is not installed")
+def test_highs_gives_up_at_a_check_only_while_its_gap_is_wider_than_asked():
+    full = solvers.solve(_set_cover(1), "highs", 60, rel_gap=0.0)
+    at4 = solvers.solve(_set_cover(1), "highs", 60, rel_gap=0.0, work=4)
+    gap = (at4.objective - at4.bound) / at4.objective          # the gap it has at its 4th check
+    assert full.work > 8 and gap > 0.01
+    for share, stops in ((0.9 * gap, True), (1.1 * gap, False)):
+        res = solvers.Session(_set_cover(1), "highs", rel_gap=0.0).solve(60, None, solvers.GiveUp(4, share))
+        if stops:        # as the work limit stops it: the same answer
+            assert (res.limit, res.work, res.objective, res.bound) == ("work", 4, at4.objective, at4.bound)
+        else:
+            assert res.limit is None and res.status == "optimal" and res.work == full.work
+            assert res.objective == pytest.approx(full.objective)
+
+
+@pytest.mark.skipif(not solvers.highs_available(), reason="highspy is not installed")
 def test_highs_takes_the_start_as_its_cutoff_and_hands_it_back_when_nothing_beats_it():
     """The start is HiGHS's objective cutoff, not its incumbent (HiGHS 1.16 can misprice a start it is given): a solve
     that finds nothing below start - rel_gap * start proves the start within rel_gap; one that finds something cheaper

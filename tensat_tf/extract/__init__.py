@@ -8,8 +8,8 @@ method="greedy" is the greedy DAG extractor (greedy.py); method="ilp" starts fro
 (ilp.py) under a work limit (the same answer on every machine) and a hard wall-clock limit (the backstop), so its
 cost is never above greedy's; it stops once the choice is proven within 1 % of a lower bound (the solver's, the
 LP bound of reduced-cost fixing in prune.py, or the critical-path bound of bound.py). An e-graph the whole ILP does
-not prove within WHOLE_FIRST_WORK units is solved in independent parts where it has them (decompose.py). Every
-result is checked acyclic.
+not prove within WHOLE_FIRST_WORK units, or leaves far from a proof after its root (WHOLE_GIVE_UP), is solved in
+independent parts where it has them (decompose.py), each distinct part once. Every result is checked acyclic.
 """
 from __future__ import annotations
 
@@ -29,6 +29,11 @@ METHODS = ("ilp", "greedy")
 # stops unproven on its limit of 60 units after 2-3.5 s and whose 19 parts take 1-1.4 s (BENCHMARKS.md). 0: the parts
 # alone.
 WHOLE_FIRST_WORK = 32
+# ... and gives it up at its 4th check (after its root) while its gap is still over 60 %: on a large e-graph each check
+# costs 0.1-0.15 s. After 4 checks the suite's probe e-graphs are within 47 % (ConvNeXt-Tiny; most within 30 %) and all
+# are proven within 32; ResNet v1 at 224 pixels' that the whole does not prove within 60 are at 78-84 %, and their
+# parts are proven (BENCHMARKS.md).
+WHOLE_GIVE_UP = solvers.GiveUp(check=4, gap=0.6)
 SOLVERS = ("auto", "cbc", "highs")
 
 __all__ = ["Extraction", "NoExtraction", "extract", "METHODS", "SOLVERS"]
@@ -89,7 +94,8 @@ def extract(egraph: EGraphData, method: str = "ilp", ilp_seconds: float = 10.0, 
                                     previous)
     else:
         res = ilp.solve_ilp(egraph, start, ilp_seconds - (time.monotonic() - t0), name, rel_gap=rel_gap,
-                            work=min(work, whole_first or work) if where is not None else work)
+                            work=min(work, whole_first or work) if where is not None else work,
+                            give_up=WHOLE_GIVE_UP if where is not None else None)
         if where is not None and res.status != "optimal" and (parts := where.parts()):
             split, results = _solve_parts(egraph, parts, start, start_cost, t0 + ilp_seconds, name, rel_gap, work,
                                           previous)
@@ -112,16 +118,22 @@ def _solve_parts(egraph: EGraphData, parts: list[decompose.Part], start: dict[in
     shared by ResNet50's 19 parts ran out before the last ones, which together needed 190-300 units and 1.0-1.4 s);
     the clock, what is left of it. Never worse than `start`, the whole e-graph's greedy choice (each part starts from
     its own greedy choice, which may add up to more; start_cost: its DAG cost). `previous`: an extraction of the same
-    e-graph, whose proven parts are taken as they are. Also returns each part's result."""
+    e-graph, whose proven parts are taken as they are; a part equal to one solved before it (decompose.Part.key: a
+    repeated block) takes that one's result, which solving it again would give. Also returns each part's result."""
     known = previous.part_results if previous is not None and len(previous.part_results) == len(parts) else ()
     choices, bound, used, clocked, statuses, results = [], 0.0, 0, False, set(), []
+    solved: dict[tuple, ilp.IlpResult] = {}     # Part.key -> its result: a repeated block is solved once
     for k, part in enumerate(parts):
         g = part.egraph
+        key = part.key()
         if k < len(known) and known[k].status == "optimal":
             res = dataclasses.replace(known[k], work=0, clocked=False)
+        elif key in solved:
+            res = dataclasses.replace(solved[key], work=0)
         else:
             res = ilp.solve_ilp(g, greedy.greedy_choice(g), deadline - time.monotonic(), solver, rel_gap=rel_gap,
                                 work=work)
+        solved.setdefault(key, res)
         results.append(res)
         choices.append(res.choice)
         used += res.work

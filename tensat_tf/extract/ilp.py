@@ -291,14 +291,15 @@ class _Model:
 def solve_ilp(egraph: EGraphData, start: dict[int, int], seconds: float, solver: str,
               acyclicity: str = "order", short_cycles: bool = True, scc_search: bool = True,
               threads: int = 1, rel_gap: float = REL_GAP, path_bound: bool = True, prune: bool = True,
-              work: int = WORK) -> IlpResult:
+              work: int = WORK, give_up: Optional[solvers.GiveUp] = None) -> IlpResult:
     """Best acyclic choice found within `work` units of solver work (solvers.py; the same answer on every machine)
     and `seconds` of wall clock (model building included; a backstop), never worse than `start`, which must be a
     valid acyclic choice (the greedy one). acyclicity: "order" | "lazy" (see the module doc); scc_search: with
     "order", first improve the start one SCC at a time (see _improve_by_scc). rel_gap: stop (status "optimal") once
     the choice is proven within this relative gap of a lower bound. path_bound: also use the solver-free
     critical-path bound (bound.py), and skip the ILP when it already proves the start within rel_gap. prune: drop
-    the nodes reduced-cost fixing excludes (_pruned_model) before each search, when HiGHS is there."""
+    the nodes reduced-cost fixing excludes (_pruned_model) before each search, when HiGHS is there. give_up: the
+    whole model's solve stops there (solvers.GiveUp), as on the work limit, when its gap is that wide."""
     if acyclicity not in ("order", "lazy"):
         raise ValueError(f"acyclicity must be 'order' or 'lazy', not {acyclicity!r}")
     if not rel_gap >= 0:
@@ -369,7 +370,7 @@ def solve_ilp(egraph: EGraphData, start: dict[int, int], seconds: float, solver:
     iterations, bound, proved = 0, None, False
     while spend.can_solve(session, work, 0.2):       # the whole model: all the work, while 0.2 s are left
         iterations += 1
-        res = session.solve(spend.seconds(), spend.left())
+        res = session.solve(spend.seconds(), spend.left(), give_up)
         spend.charge(res)
         log.debug("whole model: %s in %.2f s (%d work), objective %s, bound %s", res.status, res.seconds, res.work,
                   res.objective, res.bound)

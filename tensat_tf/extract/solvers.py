@@ -56,6 +56,14 @@ class SolveResult:
     limit: Optional[str] = None # what stopped an unproven solve: "work" (the same everywhere), "time" (the clock)
 
 
+@dataclasses.dataclass(frozen=True)
+class GiveUp:
+    """Stop a HiGHS solve at its `check`-th limit check (a point of its search that does not depend on the clock)
+    when its relative gap is then above `gap`: a search that far from a proof there is not worth its work."""
+    check: int
+    gap: float
+
+
 def highs_available() -> bool:
     return pulp.HiGHS().available()
 
@@ -86,8 +94,9 @@ class Session:
         self._highs: Optional["_HiGHS"] = None
         self._pulp: Optional[_PulpMirror] = None
 
-    def solve(self, seconds: float, work: Optional[int] = None) -> SolveResult:
-        """Solve within `work` units (None: no limit) and `seconds` of wall clock, whichever ends first."""
+    def solve(self, seconds: float, work: Optional[int] = None, give_up: Optional[GiveUp] = None) -> SolveResult:
+        """Solve within `work` units (None: no limit) and `seconds` of wall clock, whichever ends first. `give_up`
+        (HiGHS only): stop, as on the work limit, at that check when the gap is still above that share."""
         t0 = time.monotonic()
         seconds = max(seconds, 0.1)
         self.milp._freeze()
@@ -103,7 +112,7 @@ class Session:
         else:
             if self._highs is None:
                 self._highs = _HiGHS(self.milp, self.threads, self.rel_gap)
-            res = self._highs.run(seconds, work)
+            res = self._highs.run(seconds, work, give_up)
         res.seconds = time.monotonic() - t0
         return res
 
@@ -349,7 +358,7 @@ class _HiGHS:
         _add_rows(self.h, self.milp, self.rows_built)
         self.rows_built = len(self.milp.rows)
 
-    def run(self, seconds: float, work: Optional[int] = None) -> SolveResult:
+    def run(self, seconds: float, work: Optional[int] = None, give_up: Optional[GiveUp] = None) -> SolveResult:
         import highspy
 
         h = self.h
@@ -378,6 +387,11 @@ class _HiGHS:
         def count(event):
             state["checks"] += 1
             state["work"] |= work is not None and state["checks"] >= work
+            if give_up is not None and state["checks"] == give_up.check:
+                d = event.data_out
+                # the gap to the cheaper of the start and HiGHS's incumbent; none known (no start): go on
+                top = min(d.mip_primal_bound, math.inf if start_cost is None else start_cost)
+                state["work"] |= math.isfinite(top) and top > 0 and (top - d.mip_dual_bound) > give_up.gap * top
             answer(event)
 
         def answer(event):
