@@ -200,3 +200,27 @@ def test_only_an_egraph_that_splits_gives_its_whole_ilp_up_early(monkeypatch):
     asked.clear()
     extract(egraph(TWO_BLOCKS[:4], [2]), "ilp", 10, SOLVER)     # one block: no cut
     assert asked == [None]
+
+
+def test_a_part_searched_again_goes_on_from_its_choice_and_needs_only_the_gap_the_others_leave(parts_solved,
+                                                                                              monkeypatch):
+    rng = random.Random(3)
+    while True:
+        eg = _chained(rng, blocks=6)
+        try:
+            if len(decompose.split(eg)) > 2:
+                break
+        except greedy.NoExtraction:
+            pass
+    first = extract(eg, "ilp", 10, SOLVER, rel_gap=0.0)
+    costs = [dag.dag_cost(p.egraph, r.choice) for p, r in zip(decompose.split(eg), first.part_results)]
+    assert all(r.status == "optimal" and r.bound == pytest.approx(c) for r, c in zip(first.part_results, costs))
+    asked = []
+    solve = ilp.solve_ilp
+    monkeypatch.setattr(ilp, "solve_ilp", lambda *a, **k: asked.append((a[1], k["rel_gap"])) or solve(*a, **k))
+    # part 0 unproven, with no bound: the distance to prove is all its cost; the others are at their optima
+    unproven = dataclasses.replace(first.part_results[0], status="work_limit", bound=None)
+    again = extract(eg, "ilp", 10, SOLVER, rel_gap=0.2,
+                    previous=dataclasses.replace(first, part_results=(unproven,) + first.part_results[1:]))
+    assert asked == [(unproven.choice, pytest.approx(max(0.2, 0.2 * sum(costs) / costs[0])))]
+    assert again.status == "optimal" and again.dag_cost <= first.dag_cost + 1e-9
