@@ -147,15 +147,20 @@ def test_the_split_finds_what_the_whole_ilp_finds(parts_solved):
         assert res.dag_cost == pytest.approx(dag.dag_cost(eg, whole.choice))
 
 
-def test_a_later_extraction_of_the_same_egraph_takes_the_parts_proven_before(parts_solved, monkeypatch):
+def _three_parts_or_more():
+    """The first random chain of six blocks (seed 3) that splits into more than two parts."""
     rng = random.Random(3)
     while True:
         eg = _chained(rng, blocks=6)
         try:
             if len(decompose.split(eg)) > 2:
-                break
+                return eg
         except greedy.NoExtraction:
             pass
+
+
+def test_a_later_extraction_of_the_same_egraph_takes_the_parts_proven_before(parts_solved, monkeypatch):
+    eg = _three_parts_or_more()
     first = extract(eg, "ilp", 10, SOLVER, rel_gap=0.0)
     assert first.parts == len(first.part_results) > 1 and first.status == "optimal"
     solved = []
@@ -204,14 +209,7 @@ def test_only_an_egraph_that_splits_gives_its_whole_ilp_up_early(monkeypatch):
 
 def test_a_part_searched_again_goes_on_from_its_choice_and_needs_only_the_gap_the_others_leave(parts_solved,
                                                                                               monkeypatch):
-    rng = random.Random(3)
-    while True:
-        eg = _chained(rng, blocks=6)
-        try:
-            if len(decompose.split(eg)) > 2:
-                break
-        except greedy.NoExtraction:
-            pass
+    eg = _three_parts_or_more()
     first = extract(eg, "ilp", 10, SOLVER, rel_gap=0.0)
     costs = [dag.dag_cost(p.egraph, r.choice) for p, r in zip(decompose.split(eg), first.part_results)]
     assert all(r.status == "optimal" and r.bound == pytest.approx(c) for r, c in zip(first.part_results, costs))
