@@ -30,9 +30,9 @@ METHODS = ("ilp", "greedy")
 # alone.
 WHOLE_FIRST_WORK = 32
 # ... and gives it up at its 4th check (after its root) while its gap is still over 60 %: on a large e-graph each check
-# costs 0.1-0.15 s. After 4 checks the suite's probe e-graphs are within 47 % (ConvNeXt-Tiny; most within 30 %) and all
+# costs 0.1-0.15 s. After 4 checks the suite's probe e-graphs are within 45 % (ConvNeXt-Tiny; most within 30 %) and all
 # are proven within 32; ResNet v1 at 224 pixels' that the whole does not prove within 60 are at 78-84 %, and their
-# parts are proven (BENCHMARKS.md).
+# parts are cheaper and mostly proven (BENCHMARKS.md).
 WHOLE_GIVE_UP = solvers.GiveUp(check=4, gap=0.6)
 SOLVERS = ("auto", "cbc", "highs")
 
