@@ -175,15 +175,19 @@ def test_a_later_extraction_of_the_same_egraph_takes_the_parts_proven_before(par
     assert solved == [1]
 
 
-def test_a_repeated_block_is_solved_once(parts_solved, monkeypatch):
-    # five equal blocks: class A = conv(prev, w) or conv2(prev), block output B = relu(A) or fused(prev, w)
+def _five_equal_blocks():
+    """Class A = conv(prev, w) or conv2(prev), block output B = relu(A) or fused(prev, w), five times."""
     spec, prev = [("in", 0, (), 0.0), ("w", 1, (), 0.0)], 0
     for k in range(5):
         a, b = 2 + 2 * k, 3 + 2 * k
         spec += [("conv", a, (prev, 1), 3.0), ("conv2", a, (prev,), 4.0), ("relu", b, (a,), 1.0),
                  ("fused", b, (prev, 1), 5.0)]
         prev = b
-    eg = egraph(spec, [prev])
+    return egraph(spec, [prev])
+
+
+def test_a_repeated_block_is_solved_once(parts_solved, monkeypatch):
+    eg = _five_equal_blocks()
     parts = decompose.split(eg)
     keys = [p.key() for p in parts]
     assert len(parts) == 5 and len(set(keys)) == 2 and keys[1:] == [keys[1]] * 4   # the first reads the input
@@ -222,3 +226,14 @@ def test_a_part_searched_again_goes_on_from_its_choice_and_needs_only_the_gap_th
                     previous=dataclasses.replace(first, part_results=(unproven,) + first.part_results[1:]))
     assert asked == [(unproven.choice, pytest.approx(max(0.2, 0.2 * sum(costs) / costs[0])))]
     assert again.status == "optimal" and again.dag_cost <= first.dag_cost + 1e-9
+
+
+def test_parts_that_repeat_are_solved_without_the_whole_first(monkeypatch):
+    asked = []
+    solve = ilp.solve_ilp
+    monkeypatch.setattr(ilp, "solve_ilp", lambda *a, **k: asked.append(a[0].num_nodes) or solve(*a, **k))
+    eg = _five_equal_blocks()
+    assert decompose.find(eg).repeats()
+    res = extract(eg, "ilp", 10, SOLVER)
+    assert res.parts == 5 and len(asked) == 2 and eg.num_nodes not in asked       # two parts, not the whole
+    assert not decompose.find(egraph(TWO_BLOCKS, [5])).repeats()       # two parts, both different

@@ -89,7 +89,7 @@ def extract(egraph: EGraphData, method: str = "ilp", ilp_seconds: float = 10.0, 
     whole_first = WHOLE_FIRST_WORK if whole_first is None else whole_first
     parts: list[decompose.Part] = []
     results: list[ilp.IlpResult] = []
-    if where is not None and not whole_first and (parts := where.parts()):
+    if where is not None and (not whole_first or where.repeats()) and (parts := where.parts()):
         res, results = _solve_parts(egraph, parts, start, start_cost, t0 + ilp_seconds, name, rel_gap, work,
                                     previous)
     else:
