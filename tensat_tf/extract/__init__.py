@@ -9,7 +9,8 @@ method="greedy" is the greedy DAG extractor (greedy.py); method="ilp" starts fro
 cost is never above greedy's; it stops once the choice is proven within 1 % of a lower bound (the solver's, the
 LP bound of reduced-cost fixing in prune.py, or the critical-path bound of bound.py). An e-graph the whole ILP does
 not prove within WHOLE_FIRST_WORK units, or leaves far from a proof after its root (WHOLE_GIVE_UP), is solved in
-independent parts where it has them (decompose.py), each distinct part once. Every result is checked acyclic.
+independent parts where it has them (decompose.py), each distinct part once; one whose parts repeat (a network of
+equal blocks) goes to its parts straight away. Every result is checked acyclic.
 """
 from __future__ import annotations
 
@@ -72,9 +73,10 @@ def extract(egraph: EGraphData, method: str = "ilp", ilp_seconds: float = 10.0, 
     """Extract from `egraph`. For "ilp", `work` bounds the solvers' work (solvers.py) and `ilp_seconds` the whole
     call's wall clock (greedy, model building and solving), and the search stops once the choice is proven within
     `rel_gap` (relative) of a lower bound. An e-graph that splits into parts (decompose.py) is first tried whole with
-    `whole_first` units of work (default WHOLE_FIRST_WORK; 0: the parts straight away). `previous`: an extraction of
-    this same e-graph with the same rel_gap under other limits (a saturation probe's): the parts it proved are taken
-    as they are, as searching them again would prove the same choice.
+    `whole_first` units of work (default WHOLE_FIRST_WORK; 0: the parts straight away, as when the parts repeat:
+    decompose.Split.repeats). `previous`: an extraction of this same e-graph with the same rel_gap under other
+    limits (a saturation probe's): the parts it proved are taken as they are, as searching them again would prove
+    the same choice.
     Raises NoExtraction when no acyclic choice avoids the blacklist, ValueError on a bad argument."""
     if method not in METHODS:
         raise ValueError(f"method must be one of {METHODS}, not {method!r}")
