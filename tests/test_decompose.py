@@ -93,6 +93,15 @@ def parts_solved(monkeypatch):
     return calls
 
 
+@pytest.fixture
+def ilp_calls(monkeypatch):
+    """Every ilp.solve_ilp call from then on (extract()'s whole ILP and each part's), as (args, kwargs)."""
+    calls = []
+    solve = ilp.solve_ilp
+    monkeypatch.setattr(ilp, "solve_ilp", lambda *a, **k: calls.append((a, k)) or solve(*a, **k))
+    return calls
+
+
 @pytest.mark.parametrize("fused", [False, True])
 def test_split_extraction_matches_brute_force_on_random_chains(fused, parts_solved):
     rng = random.Random(21 + fused)
@@ -159,20 +168,18 @@ def _three_parts_or_more():
             pass
 
 
-def test_a_later_extraction_of_the_same_egraph_takes_the_parts_proven_before(parts_solved, monkeypatch):
+def test_a_later_extraction_of_the_same_egraph_takes_the_parts_proven_before(parts_solved, ilp_calls):
     eg = _three_parts_or_more()
     first = extract(eg, "ilp", 10, SOLVER, rel_gap=0.0)
     assert first.parts == len(first.part_results) > 1 and first.status == "optimal"
-    solved = []
-    solve = ilp.solve_ilp
-    monkeypatch.setattr(ilp, "solve_ilp", lambda *a, **k: solved.append(1) or solve(*a, **k))
+    ilp_calls.clear()
     again = extract(eg, "ilp", 10, SOLVER, rel_gap=0.0, previous=first)
-    assert solved == [] and again.choice == first.choice and again.bound == first.bound and again.work == 0
+    assert ilp_calls == [] and again.choice == first.choice and again.bound == first.bound and again.work == 0
     # a part the previous extraction did not prove is searched again
     unproven = dataclasses.replace(first.part_results[0], status="work_limit")
     extract(eg, "ilp", 10, SOLVER, rel_gap=0.0,
             previous=dataclasses.replace(first, part_results=(unproven,) + first.part_results[1:]))
-    assert solved == [1]
+    assert len(ilp_calls) == 1
 
 
 def _five_equal_blocks():
@@ -186,54 +193,45 @@ def _five_equal_blocks():
     return egraph(spec, [prev])
 
 
-def test_a_repeated_block_is_solved_once(parts_solved, monkeypatch):
+def test_a_repeated_block_is_solved_once(parts_solved, ilp_calls):
     eg = _five_equal_blocks()
     parts = decompose.split(eg)
     keys = [p.key() for p in parts]
     assert len(parts) == 5 and len(set(keys)) == 2 and keys[1:] == [keys[1]] * 4   # the first reads the input
-    solved = []
-    solve = ilp.solve_ilp
-    monkeypatch.setattr(ilp, "solve_ilp", lambda *a, **k: solved.append(1) or solve(*a, **k))
     res = extract(eg, "ilp", 10, SOLVER, rel_gap=0.0)
-    assert len(solved) == 2 and res.parts == 5 and res.status == "optimal"
+    assert len(ilp_calls) == 2 and res.parts == 5 and res.status == "optimal"
     assert res.dag_cost == pytest.approx(brute_force(eg)) == pytest.approx(5 * 4.0)
     assert [r.work for r in res.part_results[2:]] == [0, 0, 0]
 
 
-def test_only_an_egraph_that_splits_gives_its_whole_ilp_up_early(monkeypatch):
-    asked = []
-    solve = ilp.solve_ilp
-    monkeypatch.setattr(ilp, "solve_ilp", lambda *a, **k: asked.append(k.get("give_up")) or solve(*a, **k))
+def test_only_an_egraph_that_splits_gives_its_whole_ilp_up_early(ilp_calls):
     extract(egraph(TWO_BLOCKS, [5]), "ilp", 10, SOLVER)
-    assert asked == [extract_mod.WHOLE_GIVE_UP]
-    asked.clear()
+    assert [k.get("give_up") for _, k in ilp_calls] == [extract_mod.WHOLE_GIVE_UP]
+    ilp_calls.clear()
     extract(egraph(TWO_BLOCKS[:4], [2]), "ilp", 10, SOLVER)     # one block: no cut
-    assert asked == [None]
+    assert [k.get("give_up") for _, k in ilp_calls] == [None]
 
 
 def test_a_part_searched_again_goes_on_from_its_choice_and_needs_only_the_gap_the_others_leave(parts_solved,
-                                                                                              monkeypatch):
+                                                                                              ilp_calls):
     eg = _three_parts_or_more()
     first = extract(eg, "ilp", 10, SOLVER, rel_gap=0.0)
     costs = [dag.dag_cost(p.egraph, r.choice) for p, r in zip(decompose.split(eg), first.part_results)]
     assert all(r.status == "optimal" and r.bound == pytest.approx(c) for r, c in zip(first.part_results, costs))
-    asked = []
-    solve = ilp.solve_ilp
-    monkeypatch.setattr(ilp, "solve_ilp", lambda *a, **k: asked.append((a[1], k["rel_gap"])) or solve(*a, **k))
+    ilp_calls.clear()
     # part 0 unproven, with no bound: the distance to prove is all its cost; the others are at their optima
     unproven = dataclasses.replace(first.part_results[0], status="work_limit", bound=None)
     again = extract(eg, "ilp", 10, SOLVER, rel_gap=0.2,
                     previous=dataclasses.replace(first, part_results=(unproven,) + first.part_results[1:]))
-    assert asked == [(unproven.choice, pytest.approx(max(0.2, 0.2 * sum(costs) / costs[0])))]
+    assert [(a[1], k["rel_gap"]) for a, k in ilp_calls] == [(unproven.choice,
+                                                             pytest.approx(max(0.2, 0.2 * sum(costs) / costs[0])))]
     assert again.status == "optimal" and again.dag_cost <= first.dag_cost + 1e-9
 
 
-def test_parts_that_repeat_are_solved_without_the_whole_first(monkeypatch):
-    asked = []
-    solve = ilp.solve_ilp
-    monkeypatch.setattr(ilp, "solve_ilp", lambda *a, **k: asked.append(a[0].num_nodes) or solve(*a, **k))
+def test_parts_that_repeat_are_solved_without_the_whole_first(ilp_calls):
     eg = _five_equal_blocks()
     assert decompose.find(eg).repeats()
     res = extract(eg, "ilp", 10, SOLVER)
-    assert res.parts == 5 and len(asked) == 2 and eg.num_nodes not in asked       # two parts, not the whole
+    solved = [a[0] for a, _ in ilp_calls]
+    assert res.parts == 5 and len(solved) == 2 and eg not in solved       # two parts, not the whole
     assert not decompose.find(egraph(TWO_BLOCKS, [5])).repeats()       # two parts, both different
