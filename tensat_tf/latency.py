@@ -57,6 +57,7 @@ FIRST_LOOK = 12         # blocks at the first look (at least speedup.min_blocks 
 LOOKS = 3               # looks at FIRST_LOOK, 2x and 4x as many blocks
 LEVEL = 0.99            # decide(): one decision (all settings and looks together) errs with probability <= 1 - LEVEL
 THREADS = (1, 0)        # 1: one intra-op + one inter-op thread; 0: TF's (and ONNX Runtime's) default thread pools
+WARM_SECONDS = 1.0      # warm(): its warm-up calls, and its probes, stop after about this long (at least 2 and 1)
 
 
 def threads_label(threads: int) -> str:
@@ -128,13 +129,22 @@ def traced_kernels(run_metadata) -> list[tuple[str, float]]:
     return kernels
 
 
-def warm(fns: list, warmup: int, probes: int = 5) -> float:
-    """Warm every subject up; -> the slowest subject's fastest of `probes` calls after warm-up (ms)."""
+def warm(fns: list, warmup: int, probes: int = 5, seconds: float = WARM_SECONDS) -> float:
+    """Warm every subject up: `warmup` calls, then `probes` timed calls; -> the slowest subject's fastest probe (ms).
+    Each of the two runs stops early once it has taken `seconds`, after at least two warm-up calls (the first builds
+    the kernels) and one probe: a ConvNeXt-Small original at 224 pixels takes 3.7 s a call at batch 4, and ten such
+    calls in each of a decision's four workers were a quarter of its profile stage (BENCHMARKS.md)."""
     slowest = 0.0
     for fn in fns:
-        for _ in range(warmup):
-            force(fn())
-        slowest = max(slowest, min(call_ms(fn) for _ in range(probes)))   # min: a busy machine inflates the rest
+        spent = 0.0
+        for i in range(warmup):
+            if i >= 2 and spent >= seconds:
+                break
+            spent += call_ms(fn) / 1e3
+        times: list = []
+        while len(times) < probes and (not times or sum(times) < seconds * 1e3):
+            times.append(call_ms(fn))
+        slowest = max(slowest, min(times))      # min: a busy machine inflates the rest
     return slowest
 
 

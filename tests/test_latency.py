@@ -149,6 +149,23 @@ def test_the_first_look_runs_whatever_the_budget():
     assert r["budget"] and r["blocks"] == 12
 
 
+def test_warm_up_of_a_slow_subject_stops_on_time():
+    """warm(): a subject whose calls add up to `seconds` stops warming after two calls and probing after the probes
+    that took that long; a fast one gets every warm-up call and probe."""
+    calls = {"slow": 0, "fast": 0}
+
+    def slow():
+        calls["slow"] += 1
+        time.sleep(0.01)
+
+    def fast():
+        calls["fast"] += 1
+
+    slowest = latency.warm([slow, fast], warmup=5, probes=5, seconds=0.015)
+    assert calls == {"slow": 2 + 2, "fast": 5 + 5}
+    assert slowest >= 10.0
+
+
 def test_balance_takes_geometric_means_of_the_blocks_both_orders_have():
     a = {"ms": 1.0, "p10": 1.0, "p90": 4.0, "block_medians": [1.0, 4.0, 2.0], "compile_s": 1.0}
     b = {"ms": 4.0, "p10": 4.0, "p90": 9.0, "block_medians": [4.0, 1.0], "compile_s": 3.0}
