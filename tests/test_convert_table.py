@@ -86,3 +86,10 @@ def test_the_table_says_when_the_clock_decided_part_of_the_conversion():
     report["signatures"]["serving_default"]["extraction"]["clocked"] = True
     assert "reproducibility: the wall clock decided part of this conversion (serving_default: the clock cut " \
            "extraction short" in convert_cmd._table(report)
+
+
+def test_the_table_gives_the_whole_calls_predicted_speed_up_beside_the_costs():
+    report = _report("saturated", [None])
+    assert "predicted cost 2.0 -> 1.5 ms\n" in convert_cmd._table(report) + "\n"     # an old report: no gain
+    report["signatures"]["serving_default"]["extraction"]["predicted_gain"] = 1.104
+    assert "predicted cost 2.0 -> 1.5 ms (the call 1.104x as fast)" in convert_cmd._table(report)
