@@ -222,6 +222,31 @@ def test_cycle_filter_splits_components_as_recomputing_them_does():
         assert nx.is_directed_acyclic_graph(kept), trial
 
 
+def test_the_filters_cycle_search_walks_as_networkx_does():
+    """cycles.find_cycle on a digraph's dicts and a node filter returns networkx's find_cycle on that subgraph, edge
+    for edge (the blacklist, and so every extraction, depends on which cycle is found first), or raises as it does."""
+    import random
+    import networkx as nx
+    rng, cyclic = random.Random(7), 0
+    for trial in range(600):
+        n = rng.randint(1, 25)
+        dg = nx.DiGraph()
+        dg.add_nodes_from(range(n))
+        dg.add_edges_from((rng.randrange(n), rng.randrange(n)) for _ in range(rng.randint(0, 3 * n)))
+        dg.remove_edges_from(list(dg.edges())[:rng.randint(0, 3)])      # successors not in node order
+        inside = set(rng.sample(range(n), rng.randint(1, n)))
+        source = rng.choice(sorted(inside))
+        try:
+            expected = nx.find_cycle(nx.subgraph_view(dg, filter_node=inside.__contains__), source=source)
+        except nx.NetworkXNoCycle:
+            with pytest.raises(nx.NetworkXNoCycle):
+                cycles.find_cycle(dg._succ, inside, source)
+            continue
+        cyclic += 1
+        assert cycles.find_cycle(dg._succ, inside, source) == expected, trial
+    assert cyclic > 100
+
+
 @pytest.mark.parametrize("name,op_drops", [("bert_tiny", {"MatMul": 4}), ("inception_block", {"Conv2D": 2}),
                                            ("keras_cnn", {"Mul": 3, "AddV2": 3})])
 def test_zoo_conversion_takes_the_merged_forms(name, op_drops, zoo_cache, tmp_path):
