@@ -93,3 +93,7 @@ def test_the_table_gives_the_whole_calls_predicted_speed_up_beside_the_costs():
     assert "predicted cost 2.0 -> 1.5 ms\n" in convert_cmd._table(report) + "\n"     # an old report: no gain
     report["signatures"]["serving_default"]["extraction"]["predicted_gain"] = 1.104
     assert "predicted cost 2.0 -> 1.5 ms (the call 1.104x as fast)" in convert_cmd._table(report)
+    # kept under --min_gain: the reason gives the gain, the costs are equal
+    report["signatures"]["serving_default"]["extraction"].update(cost_after=2.0, predicted_gain=1.002,
+                                                                 kept_input="extracted graph is predicted only ...")
+    assert "predicted cost 2.0 -> 2.0 ms (kept input: extracted graph" in convert_cmd._table(report)

@@ -86,7 +86,8 @@ def _table(report: dict) -> str:
             lines.append(f"  e-graph {eg['enodes']} e-nodes / {eg['eclasses']} e-classes after {eg['iterations']} "
                          f"iterations ({eg['stop_reason']}); extraction {ex.get('method')} {ex.get('status')}, "
                          f"predicted cost {ex.get('cost_before')} -> {ex.get('cost_after')} ms"
-                         + (f" (the call {ex['predicted_gain']:.3f}x as fast)" if ex.get("predicted_gain") else "")
+                         + (f" (the call {ex['predicted_gain']:.3f}x as fast)"
+                            if ex.get("predicted_gain") and not ex.get("kept_input") else "")
                          + (f" (kept input: {ex['kept_input']})" if ex.get("kept_input") else ""))
             cut = report_file.probes_cut_short(eg)
             if cut:
