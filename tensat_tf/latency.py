@@ -134,15 +134,15 @@ def warm(fns: list, warmup: int, probes: int = 5, seconds: float = WARM_SECONDS)
     Each of the two runs stops early once it has taken `seconds`, after at least two warm-up calls (the first builds
     the kernels) and one probe: a ConvNeXt-Small original at 224 pixels takes 3.7 s a call at batch 4, and ten such
     calls in each of a decision's four workers were a quarter of its profile stage (BENCHMARKS.md)."""
-    slowest = 0.0
+    slowest, limit_ms = 0.0, seconds * 1e3
     for fn in fns:
-        spent = 0.0
+        spent_ms = 0.0
         for i in range(warmup):
-            if i >= 2 and spent >= seconds:
+            if i >= 2 and spent_ms >= limit_ms:
                 break
-            spent += call_ms(fn) / 1e3
+            spent_ms += call_ms(fn)
         times: list = []
-        while len(times) < probes and (not times or sum(times) < seconds * 1e3):
+        while len(times) < probes and (not times or sum(times) < limit_ms):
             times.append(call_ms(fn))
         slowest = max(slowest, min(times))      # min: a busy machine inflates the rest
     return slowest

@@ -83,6 +83,9 @@ def _split(dg: nx.DiGraph, nodes: set, touched: list[int]) -> list[list[int]]:
     return _cyclic(dg, nodes)
 
 
+_END = object()         # find_cycle: a node's successors are used up
+
+
 def find_cycle(succ, inside: set, source: int) -> list[tuple[int, int]]:
     """networkx's find_cycle(dg's subgraph on `inside`, source) with `succ` = dg._succ, edge for edge: the same
     depth-first walk (each node's successors in insertion order, those outside `inside` skipped; an edge taken once),
@@ -124,9 +127,6 @@ def find_cycle(succ, inside: set, source: int) -> list[tuple[int, int]]:
         active.add(head)
         previous_head = head
     raise nx.NetworkXNoCycle("No cycle found.")
-
-
-_END = object()
 
 
 def cycle_blacklist(g: EGraphData, original: Collection[int]) -> frozenset[int]:
