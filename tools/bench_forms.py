@@ -38,6 +38,10 @@ Experiments (each a chain of a few copies of the pattern, so that it outweighs t
   conv1d          Keras' Conv1D + batch norm + ReLU: the scale, bias and ReLU after the Squeeze ("keras"), inside it
                   with the scale in the filter ("inside", rules/squeeze.rules), or every layer in 4-D ("4d": one
                   layer's Squeeze and the next one's ExpandDims cancelled too)
+  attention_scores MultiHeadAttention's scores q [b, t, n, h] . k [b, s, n, h] -> [b, n, t, s] as Keras' TF backend
+                  writes `aecd,abcd->acbe` outside dot_product_attention (dropout > 0): Transpose(k) @ Transpose(q)
+                  then a Transpose of the scores; as rules/einsum.rules E16/E17 leave it (both operands transposed to
+                  heads-first, adj_y, no copy of the scores); and as an Einsum of that equation (older exports)
   dilated         a causal dilated Conv1D (+ bias + ReLU + residual) as TF's convolution() runs it
                   (SpaceToBatchND -> Conv2D -> BatchToSpaceND, paddings from the dynamic length) or as one Conv2D with
                   `dilations` (rules/dilation.rules)
@@ -61,7 +65,8 @@ import numpy as np  # noqa: E402
 from absl import app, flags  # noqa: E402
 
 EXPERIMENTS = ("residual_addn", "layer_norm", "se_fc", "se_block", "conv1x1", "matmul_vs_conv1x1", "sibling_conv1x1",
-               "preact_bias", "small_m", "batch_matmul_dense", "einsum_dense", "position_gather", "conv1d", "dilated")
+               "preact_bias", "small_m", "batch_matmul_dense", "einsum_dense", "position_gather", "conv1d", "dilated",
+               "attention_scores")
 flags.DEFINE_list("experiments", list(EXPERIMENTS), f"Any of {', '.join(EXPERIMENTS)}.")
 flags.DEFINE_integer("blocks", 16, "Paired blocks per comparison.")
 flags.DEFINE_integer("runs", 20, "Session.run calls of each form per block (the block's median is compared).")
@@ -523,6 +528,30 @@ def dilated(tf):
                     y = tf.nn.relu(tf.nn.bias_add(z, b)) + y
                 f.forms[form] = y
         rows += compare(tf, f"causal dilated Conv1D x {COPIES} [1, {t}, {c}], rates 1-8", f)
+    return rows
+
+
+def attention_scores(tf):
+    rows = []
+    for t, heads, hd in ((8, 4, 16), (16, 4, 16), (64, 8, 32), (128, 12, 64), (256, 12, 64)):
+        f = Forms(tf, (1, t, heads * hd), dynamic=2)
+        with f.graph.as_default():
+            shape = tf.concat([tf.shape(f.x)[:2], [heads, hd]], 0)
+            for form in ("Keras", "E16/E17", "Einsum"):
+                sums = []
+                for i in range(COPIES):
+                    q, k = tf.reshape(f.x * (1.0 + 0.01 * i), shape), tf.reshape(f.x * 0.99, shape)
+                    if form == "Keras":
+                        s = tf.transpose(tf.linalg.matmul(tf.transpose(k, [0, 2, 1, 3]), tf.transpose(q, [0, 2, 3, 1])),
+                                         [0, 1, 3, 2])
+                    elif form == "E16/E17":
+                        s = tf.linalg.matmul(tf.transpose(q, [0, 2, 1, 3]), tf.transpose(k, [0, 2, 1, 3]),
+                                             adjoint_b=True)
+                    else:
+                        s = tf.einsum("aecd,abcd->acbe", k, q)
+                    sums.append(tf.nn.softmax(s))
+                f.sum_forms({form: sums}, [1, 2])
+        rows += compare(tf, f"attention scores [1, {t}, {heads} x {hd}]", f)
     return rows
 
 
