@@ -182,7 +182,7 @@ def _served_check(run: _Run, staged: str) -> list[str]:
     for name in sorted(model.signatures):
         groups.setdefault(run.same_key(name), []).append(name)
     check = functools.partial(served_check.failures, unknown_dim=options.engine.unknown_dim, seed=options.seed,
-                              highs=run.highs)
+                              highs=run.highs, batch_size=int(options.verify_batch_sizes[0]))
 
     def served(path: str, name: str) -> list[dict]:
         return check(path, {name: model.signatures[name].inputs})[name]

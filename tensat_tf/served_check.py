@@ -7,8 +7,10 @@ remapper failed so on NASNet-Mobile's converted graph, and the function then ran
 (passes/remapper_guard.py); offline Grappler (tensat_tf/grappler.py, the tensat pass's own check) did not reproduce
 it. The log is the only place such a failure shows, and the converting process cannot read it: TF reads its log
 level once, and the CLI turns the log off (cli/main.py). So a child process (`python -m tensat_tf.served_check`,
-a JSON request on stdin) loads the SavedModel and calls each signature once on verification's batch-1 inputs
-(verify.verification_inputs: seed + 1), writing a marker line to stderr before each call; the parent reads the
+a JSON request on stdin) loads the SavedModel and calls each signature once on verification's inputs at its first
+batch size (verify.verification_inputs: seed + batch; a graph whose op needs more rows than one, a graph network's
+edge indices into its batch of nodes, is verified at the sizes the user gives and is served at them too), writing a
+marker line to stderr before each call; the parent reads the
 failures between the markers. TF logs such a failure once a minute per process (LOG_EVERY_N_SEC in
 meta_optimizer.cc): a second failing function, or a second failing optimizer of one call, in the same minute goes
 unlogged, so callers serve one graph per process (convert.py) and compare whether a call failed, not which
@@ -27,6 +29,7 @@ import sys
 from typing import Optional, Sequence
 
 MARK = "tensat_tf.served_check: "
+ERROR = MARK + "error: "
 FAILED = re.compile(r"meta_optimizer\.cc:\d+\] (\S+) failed: (.*)")
 # what one check may take: loading the SavedModel and the first call of each signature (Grappler and oneDNN's
 # primitives then); NASNet-Mobile's two signatures take about 6 s here
@@ -38,10 +41,11 @@ class CheckError(RuntimeError):
 
 
 def failures(path: str, signatures: dict, unknown_dim: int, seed: int = 0, highs: Optional[dict] = None,
-             timeout: float = TIMEOUT_S) -> dict[str, list[dict]]:
+             timeout: float = TIMEOUT_S, batch_size: int = 1) -> dict[str, list[dict]]:
     """{signature: [{"optimizer": name, "error": first 300 characters}, ...]} for each of `signatures` ({name:
-    [load.TensorSpec, ...]}) served once from the SavedModel at `path`; an empty list where none failed."""
-    request = {"path": path, "unknown_dim": unknown_dim, "seed": seed, "highs": highs or {},
+    [load.TensorSpec, ...]}) served once from the SavedModel at `path`, unknown batches `batch_size` long; an empty
+    list where none failed. CheckError where the check does not finish (a call that raises: its error line)."""
+    request = {"path": path, "unknown_dim": unknown_dim, "seed": seed, "highs": highs or {}, "batch_size": batch_size,
                "signatures": {name: [{"key": s.key, "dtype": s.dtype.name, "shape": s.shape} for s in specs]
                               for name, specs in signatures.items()}}
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")       # errors only: meta_optimizer logs the failure at ERROR
@@ -51,8 +55,10 @@ def failures(path: str, signatures: dict, unknown_dim: int, seed: int = 0, highs
     except subprocess.TimeoutExpired:
         raise CheckError(f"the served check of {path} ran past {timeout:.0f} s") from None
     if r.returncode != 0:
-        tail = [line for line in r.stderr.splitlines() if line.strip()][-1:] or [f"exit status {r.returncode}"]
-        raise CheckError(f"the served check of {path} failed: {tail[0][:300]}")
+        # the call's own error where the child caught one (TF's message ends in a node list that names no cause)
+        said = [line[len(ERROR):] for line in r.stderr.splitlines() if line.startswith(ERROR)]
+        tail = said or [line for line in r.stderr.splitlines() if line.strip()][-1:] or [f"exit status {r.returncode}"]
+        raise CheckError(f"the served check of {path} failed: {tail[-1][:300]}")
     return parse(r.stderr, signatures)
 
 
@@ -73,16 +79,22 @@ def _child() -> None:
     import tensorflow as tf
 
     from tensat_tf.io.load import TensorSpec
-    from tensat_tf.verify import random_inputs
+    from tensat_tf.verify import op_error_reason, random_inputs
     model = tf.saved_model.load(request["path"])     # written by tf.saved_model.save: one MetaGraph, "serve"
     for name in sorted(request["signatures"]):
         specs = [TensorSpec(s["key"], "", tf.as_dtype(s["dtype"]), None if s["shape"] is None else tuple(s["shape"]))
                  for s in request["signatures"][name]]
-        feeds = random_inputs(specs, 1, request["seed"] + 1, request["unknown_dim"],
+        batch = request["batch_size"]
+        feeds = random_inputs(specs, batch, request["seed"] + batch, request["unknown_dim"],
                               highs=request["highs"].get(name))
         sys.stderr.flush()
         os.write(2, (MARK + name + "\n").encode())      # TF's C++ log writes to fd 2 unbuffered, as this does
-        model.signatures[name](**feeds)
+        try:
+            model.signatures[name](**feeds)
+        except tf.errors.OpError as e:             # what failed, as verification names it, in one line
+            os.write(2, f"{ERROR}signature {name} at batch {batch}: {op_error_reason(e, model.signatures[name])}\n"
+                     .encode())
+            sys.exit(1)
     os.write(2, (MARK + "\n").encode())
 
 

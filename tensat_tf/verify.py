@@ -188,7 +188,7 @@ _NODE = re.compile(r"\{\{node ([^}]+)\}\}")
 _NOISE = ("Graph execution error", "Detected at node", "<stack traces unavailable>", "File ", "[[{{node")
 
 
-def _reason(e: tf.errors.OpError, fn) -> str:
+def op_error_reason(e: tf.errors.OpError, fn) -> str:
     """'op TYPE (node NAME): TF's first meaningful line' from a TF runtime error of fn."""
     message = e.message or str(e)
     nodes = _NODE.findall(message)
@@ -220,7 +220,7 @@ def run_original(fn, sig_name: str, tag: str, feeds: dict, hint: str = "") -> di
     except tf.errors.OpError as e:
         raise errors.OriginalFails(
             f"the original model fails in TensorFlow itself on the verification inputs (signature {sig_name}, "
-            f"batch {tag}), so nothing can be verified: {_reason(e, fn)}{hint}") from None
+            f"batch {tag}), so nothing can be verified: {op_error_reason(e, fn)}{hint}") from None
 
 
 class _Fed:
@@ -382,8 +382,9 @@ def verify(pairs, batch_sizes: Sequence[int] = (1, 4), seed: int = 0, rtol: Opti
             try:
                 got = new_fn(**feeds)
             except tf.errors.OpError as e:
-                raise errors.VerificationFailed(f"the converted signature {sig} fails at batch {tag} where the "
-                                                f"original runs: {_reason(e, new_fn)}; nothing was written") from None
+                raise errors.VerificationFailed(
+                    f"the converted signature {sig} fails at batch {tag} where the original runs: "
+                    f"{op_error_reason(e, new_fn)}; nothing was written") from None
             bases = [f(**feeds) for f in (() if base_fn is None else base_fn if isinstance(base_fn, tuple)
                                           else (base_fn,))]
             for spec in out_specs:
@@ -413,7 +414,7 @@ def verify(pairs, batch_sizes: Sequence[int] = (1, 4), seed: int = 0, rtol: Opti
             except tf.errors.OpError as e:
                 raise errors.VerificationFailed(
                     f"the converted signature {sig} fails where the original runs, with its unknown dims at other "
-                    f"sizes ({_lengths_text(lengths)}): {_reason(e, new_fn)}; nothing was written") from None
+                    f"sizes ({_lengths_text(lengths)}): {op_error_reason(e, new_fn)}; nothing was written") from None
             for spec in out_specs:
                 record(f"{sig}/{spec.key}@{big_tag}+lengths", ref[spec.key].numpy(), got[spec.key].numpy(),
                        spec.dtype, LENGTHS_SLACK * tols[spec.key], 0.0, lengths=_lengths_text(lengths))

@@ -42,6 +42,23 @@ def test_a_check_that_cannot_run_says_why_in_one_line(tmp_path):
     assert "\n" not in str(e.value)
 
 
+def test_the_call_is_made_at_verifications_first_batch_and_its_error_is_named(tmp_path):
+    """A graph network's edges index its batch of nodes: the user verifies it at --verify_batch_sizes=2,4, and the
+    served call is made at 2. At 1 it fails, and the line says why (TF's own last line names only a node)."""
+    class Gather(tf.Module):
+        @tf.function(input_signature=[tf.TensorSpec([None, 3], tf.float32, name="x")])
+        def f(self, x):
+            return {"y": tf.gather(x, [1]) * 2.0}
+    m = Gather()
+    tf.saved_model.save(m, str(tmp_path), signatures={"serving_default": m.f})
+    specs = {"serving_default": [TensorSpec("x", "", tf.float32, (-1, 3))]}
+    assert served_check.failures(str(tmp_path), specs, unknown_dim=8, batch_size=2) == {"serving_default": []}
+    with pytest.raises(served_check.CheckError) as e:
+        served_check.failures(str(tmp_path), specs, unknown_dim=8, batch_size=1)
+    assert "signature serving_default at batch 1: op GatherV2 (node " in str(e.value)
+    assert "InvalidArgumentError: indices[0] = 1 is not in [0, 1)" in str(e.value) and "\n" not in str(e.value)
+
+
 def test_a_check_that_cannot_finish_publishes_the_original(tmp_path, monkeypatch, zoo_cache):
     def broken(path, signatures, **kw):
         raise served_check.CheckError("the served check of x ran past 1 s")
