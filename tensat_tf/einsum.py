@@ -68,6 +68,19 @@ class Equation:
         dims = self.label_dims(shapes)
         return tuple(dims[label] for label in self.output)
 
+    @property
+    def output_transposed(self) -> bool:
+        """Whether TF's Einsum kernel copies its result into the output's order. It contracts the operands as a
+        batch matmul whose result holds the batch labels, then operand 0's free labels, then operand 1's, each group
+        in the order the labels first appear (canonical spelling's alphabetical order), and transposes that result
+        when the output lists them otherwise: MultiHeadAttention's scores with the key first (`aecd,abcd->acbe`)
+        copy the [t, s] scores of every head, with the query first (`abcd,aecd->acbe`) they do not
+        (tools/bench_forms.py attention_scores; BENCHMARKS.md)."""
+        a, b = self.operands
+        groups = ([x for x in self.output if x in a and x in b], [x for x in self.output if x not in b],
+                  [x for x in self.output if x not in a])
+        return list(self.output) != [x for g in groups for x in sorted(g)]
+
     def flops(self, shapes: Sequence[Sequence[int]]) -> float:
         """One multiply and one add per point of the iteration space (every label once)."""
         return 2.0 * math.prod(self.label_dims(shapes).values())
@@ -100,8 +113,10 @@ def canonical(equation: str) -> Optional[str]:
     return None if e is None else e.text
 
 
-# Equations whose shape facts every e-graph holds: the ones rules/einsum.rules writes (patterns, right sides and test
-# bindings) and the ones Keras layers emit. An equation of an ingested graph gets its fact at ingest either way.
+# Equations whose shape facts every e-graph holds: the ones rules/einsum.rules writes (right sides, and the patterns and
+# test bindings that name them) and the ones Keras layers emit. An equation of an ingested graph gets its fact at
+# ingest either way, so one that only a pattern names (E18's key-first scores) is left out: each fact here adds classes
+# to every e-graph, renumbering the rest, and equal-cost choices then fall otherwise (BENCHMARKS.md, "Rule E18").
 KNOWN = tuple(sorted({canonical(e) for e in (
     "ab,bc->ac", "ab,cb->ac", "abc,cd->abd", "abc,cde->abde", "abcd,cde->abe", "abcd,de->abce",
     "abc,acd->abd", "abc,adc->abd", "abcd,abde->abce", "abcd,abed->abce",

@@ -1,6 +1,7 @@
-"""MultiHeadAttention's scores outside Keras' dot_product_attention path (rules/einsum.rules E16/E17): with dropout
+"""MultiHeadAttention's scores outside Keras' dot_product_attention path (rules/einsum.rules E16-E18): with dropout
 set, Keras' TF backend writes `aecd,abcd->acbe` as Transpose(k) @ Transpose(q) and a Transpose of the [t, s] scores;
-the rules compute them as Transpose(q) @ Transpose(k)^T, with no copy of the scores."""
+the rules compute them as Transpose(q) @ Transpose(k)^T, with no copy of the scores. Older exports hold that
+equation as one Einsum, whose kernel copies the scores too; with its operands swapped it does not."""
 import numpy as np
 import pytest
 
@@ -49,4 +50,60 @@ def test_scores_are_computed_in_place(attention):
             feeds = [np.random.RandomState(b * t).randint(0, 50, (b, t)).astype(np.int32)]
             (want,), (got,) = run_graph(gd, item, feeds), run_graph(out, item, feeds)
             assert got.shape == want.shape == (b, t, 32)
+            np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_which_einsums_copy_their_result():
+    """TF's Einsum kernel contracts to [batch, operand 0's free labels, operand 1's] and copies into any other
+    output order (tensat_tf/einsum.py Equation.output_transposed; the cost model prices that copy)."""
+    from tensat_tf import einsum
+    copies = {"aecd,abcd->acbe": True, "BTNH,BSNH->BNTS": False, "BNTS,BSNH->BTNH": True, "abc,cde->abde": False,
+              "abcd,cde->abe": False, "ab,cb->ac": False, "abc,cd->abd": False, "ab,bc->ca": True}
+    assert {e: einsum.parse(e).output_transposed for e in copies} == copies
+
+
+@pytest.fixture(scope="module")
+def key_first(tmp_path_factory):
+    """Attention written with Einsum ops as older exports hold them: the scores `aecd,abcd->acbe` (key first)."""
+    import tensorflow as tf
+    rs = np.random.RandomState(0)
+
+    class Attention(tf.Module):
+        def __init__(self):
+            self.w = [tf.Variable(rs.standard_normal(s).astype(np.float32) * 0.2)
+                      for s in ((32, 4, 8), (32, 4, 8), (32, 4, 8), (4, 8, 32))]
+
+        @tf.function(input_signature=[tf.TensorSpec([None, None, 32], tf.float32, name="x")])
+        def f(self, x):
+            q, k, v = (tf.einsum("abc,cde->abde", x, w) for w in self.w[:3])
+            p = tf.nn.softmax(tf.einsum("aecd,abcd->acbe", k, q))
+            return {"y": x + tf.einsum("abcd,cde->abe", tf.einsum("acbe,aecd->abcd", p, v), self.w[3])}
+
+    path = str(tmp_path_factory.mktemp("key_first") / "m")
+    m = Attention()
+    tf.saved_model.save(m, path, signatures={"serving_default": m.f})
+    from tensat_tf.io import load
+    from tensat_tf.passes import canonicalize, shapes
+    sig = load.load(path).signatures["serving_default"]
+    return shapes.optimize(canonicalize.optimize(sig.graph_def, sig.item), sig.item), sig.item
+
+
+def test_key_first_scores_are_computed_query_first(key_first):
+    from tensat_tf import einsum
+    from tensat_tf.options import EngineOptions
+    from tensat_tf.passes.tensat import TensatPass
+    gd, item = key_first
+
+    def eqs(g):
+        return sorted(einsum.canonical(n.attr["equation"].s.decode()) for n in g.node if n.op == "Einsum")
+
+    assert "abcd,aecd->aceb" in eqs(gd)
+    for unknown_dim in (8, 64):
+        p = TensatPass(EngineOptions(unknown_dim=unknown_dim))
+        out = p.optimize(gd, item)
+        assert p.stats.rules_applied.get("E18-einsum-operands-in-output-order") == 1, p.stats.rules_applied
+        assert "abcd,aecd->aceb" not in eqs(out) and "abcd,aecd->acbe" in eqs(out)
+        for b, t in ((1, 1), (2, 9), (3, 40)):
+            feeds = [np.random.RandomState(b * t).standard_normal((b, t, 32)).astype(np.float32)]
+            (want,), (got,) = run_graph(gd, item, feeds), run_graph(out, item, feeds)
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
