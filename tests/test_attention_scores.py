@@ -107,3 +107,13 @@ def test_key_first_scores_are_computed_query_first(key_first):
             feeds = [np.random.RandomState(b * t).standard_normal((b, t, 32)).astype(np.float32)]
             (want,), (got,) = run_graph(gd, item, feeds), run_graph(out, item, feeds)
             np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_the_copy_is_priced():
+    """The key-first scores cost the query-first ones plus a Transpose of the scores (cost/analytic.py)."""
+    from tensat_tf.cost import analytic
+    q, k, out = (1, 128, 12, 64), (1, 128, 12, 64), (1, 12, 128, 128)
+    first_q = analytic.node_cost("Einsum", ("abcd,aecd->acbe",), [q, k], out)
+    first_k = analytic.node_cost("Einsum", ("abcd,aecd->aceb",), [k, q], out)
+    copy = analytic.node_cost("Transpose", ((0, 1, 3, 2),), [out], out) - analytic.CPU.overhead_ms("Transpose")
+    assert first_k == pytest.approx(first_q + copy)

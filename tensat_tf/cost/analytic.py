@@ -251,14 +251,15 @@ def node_cost(term: str, payload, in_shapes: Optional[Sequence[Shape]], out_shap
             nbytes += DTYPE_BYTES * numel(out)
     compute_ms = flops / (device.peak_gflops * 1e6) + outputs * device.depthwise_ns_per_output * 1e-6
     memory_ms = nbytes / (bandwidth * 1e6)
+    copy_ms = 0.0
     if term == "Einsum" and out is not None and (eq := einsum.parse(_literals(term, payload).get("equation", ""))) \
             and eq.output_transposed:
-        # the kernel's copy of its result into the output's order (einsum.Equation.output_transposed), priced as the
-        # Transpose it is
-        compute_ms += DTYPE_BYTES * 2 * numel(out) / (device.bandwidth_gbs * device.strided_copy_efficiency * 1e6)
+        # the kernel's copy of its result into the output's order (einsum.Equation.output_transposed), after the
+        # contraction, priced as the Transpose it is
+        copy_ms = DTYPE_BYTES * 2 * numel(out) / (device.bandwidth_gbs * device.strided_copy_efficiency * 1e6)
     if term in _BINARY_ELEMENTWISE and device.broadcast_row_ns and (c := _channel_vector(ins, out)):
         memory_ms = max(memory_ms, numel(out) / c * device.broadcast_row_ns * 1e-6)
-    return max(compute_ms, memory_ms) + device.overhead_ms(term)
+    return max(compute_ms, memory_ms) + copy_ms + device.overhead_ms(term)
 
 
 # contractions whose constant operands oneDNN reorders into its own layout (Device.variable_weight_ns_per_element)
