@@ -8,7 +8,7 @@ remapper failed so on NASNet-Mobile's converted graph, and the function then ran
 it. The log is the only place such a failure shows, and the converting process cannot read it: TF reads its log
 level once, and the CLI turns the log off (cli/main.py). So a child process (`python -m tensat_tf.served_check`,
 a JSON request on stdin) loads the SavedModel and calls each signature once on verification's inputs at its first
-batch size (verify.verification_inputs: seed + batch; a graph whose op needs more rows than one, a graph network's
+batch size (verify.verification_inputs; a graph whose op needs more rows than one, a graph network's
 edge indices into its batch of nodes, is verified at the sizes the user gives and is served at them too), writing a
 marker line to stderr before each call; the parent reads the
 failures between the markers. TF logs such a failure once a minute per process (LOG_EVERY_N_SEC in
@@ -79,14 +79,14 @@ def _child() -> None:
     import tensorflow as tf
 
     from tensat_tf.io.load import TensorSpec
-    from tensat_tf.verify import op_error_reason, random_inputs
+    from tensat_tf.verify import op_error_reason, verification_inputs
     model = tf.saved_model.load(request["path"])     # written by tf.saved_model.save: one MetaGraph, "serve"
     for name in sorted(request["signatures"]):
         specs = [TensorSpec(s["key"], "", tf.as_dtype(s["dtype"]), None if s["shape"] is None else tuple(s["shape"]))
                  for s in request["signatures"][name]]
         batch = request["batch_size"]
-        feeds = random_inputs(specs, batch, request["seed"] + batch, request["unknown_dim"],
-                              highs=request["highs"].get(name))
+        ((_, feeds),) = verification_inputs(specs, [batch], request["seed"], request["unknown_dim"],
+                                            highs=request["highs"].get(name))
         sys.stderr.flush()
         os.write(2, (MARK + name + "\n").encode())      # TF's C++ log writes to fd 2 unbuffered, as this does
         try:
