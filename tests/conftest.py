@@ -36,9 +36,14 @@ def tree_digest(path: str) -> dict:
 
 
 def exported_graph(model, path: str):
-    """Keras `model` exported to `path` (model.export), loaded and frozen, then cleaned as convert does before the
-    e-graph (Grappler's clean-up, the shape plumbing folds): -> (graph_def, GrapplerItem) of serving_default."""
+    """Keras `model` exported to `path` (model.export), then cleaned_graph."""
     model.export(path, verbose=False)
+    return cleaned_graph(path)
+
+
+def cleaned_graph(path: str):
+    """The SavedModel at `path` loaded and frozen, then cleaned as convert does before the e-graph (Grappler's
+    clean-up, the shape plumbing folds): -> (graph_def, GrapplerItem) of serving_default."""
     from tensat_tf.io import load
     from tensat_tf.passes import canonicalize, shapes
     sig = load.load(path).signatures["serving_default"]

@@ -5,7 +5,7 @@ equation as one Einsum, whose kernel copies the scores too; with its operands sw
 import numpy as np
 import pytest
 
-from conftest import exported_graph, run_graph
+from conftest import cleaned_graph, exported_graph, run_graph
 
 
 @pytest.fixture(scope="module")
@@ -82,10 +82,7 @@ def key_first(tmp_path_factory):
     path = str(tmp_path_factory.mktemp("key_first") / "m")
     m = Attention()
     tf.saved_model.save(m, path, signatures={"serving_default": m.f})
-    from tensat_tf.io import load
-    from tensat_tf.passes import canonicalize, shapes
-    sig = load.load(path).signatures["serving_default"]
-    return shapes.optimize(canonicalize.optimize(sig.graph_def, sig.item), sig.item), sig.item
+    return cleaned_graph(path)
 
 
 def test_key_first_scores_are_computed_query_first(key_first):
