@@ -1,6 +1,6 @@
-"""Grouped convolutions that are depthwise convolutions, compiled by XLA in a function call -> DepthwiseConv2dNative.
+"""Grouped convolutions, compiled by XLA in a function call -> DepthwiseConv2dNative, or the call inlined.
 
-TF's CPU Conv2D kernel has no groups, so Keras 3 runs a Conv2D with `groups > 1` on CPU as a call to a
+Keras 3 runs a Conv2D with `groups > 1` on CPU (where TF's Eigen kernels cannot fuse one) as a call to a
 `jit_compile=True` function (`StatefulPartitionedCall`, `_XlaMustCompile`, `_noinline`): one Conv2D whose filter's
 input depth is the input's channels / groups. Freezing and Grappler keep the call (it must not be inlined), the
 e-graph sees one opaque node, and XLA's CPU grouped convolution is slow: a 7x7 one on [1,56,56,96] takes 34 ms against
@@ -15,11 +15,20 @@ dw_filter[:, :, c, j], and in row-major order the [kh, kw, 1, C*m] filter and th
 array. So the call becomes DepthwiseConv2dNative(x, reshape(filter)), same name (its consumers are unchanged),
 same strides, padding and dilations. Only when all of this is known: a float32 NHWC Conv2D alone in the function
 (Identity nodes aside), a constant filter, the input's channel count static, equal row and column strides
-(DepthwiseConv2dNative's requirement), SAME or VALID padding. Other grouped convolutions (groups < C) keep their call,
-and so do dilated ones (TF writes them as SpaceToBatchND + Conv2D + BatchToSpaceND inside the function).
+(DepthwiseConv2dNative's requirement), SAME or VALID padding.
+
+Where TF runs a grouped Conv2D itself (`native_groups`: oneDNN's CPU kernels, cuDNN; cost/devices.py
+Device.grouped_conv), every other such call is inlined: its body's nodes take the call's place, the call's name
+going to the node that computes its output (so its consumers are unchanged). Keras' XLA function holds the Conv2D
+alone, or with ExpandDims / Squeeze (Conv1D) or SpaceToBatchND / BatchToSpaceND (a dilation) and their constant
+operands; a body with anything else keeps its call. oneDNN runs the grouped Conv2D, and fuses its bias and
+activation, 1.1-14x faster than XLA's CPU code at every ResNeXt / RegNet shape measured (BENCHMARKS.md). Without
+oneDNN, TF's Eigen Conv2D computes groups but its fused form refuses them ("Fused conv implementation does not
+support grouped convolutions"), and the remapper fuses any BiasAdd after the conv: there the call is kept.
 
 A Grappler-style pass, run after canonicalize (which has turned the filter's Identity chain into a Const): the
-e-graph then sees a typed depthwise convolution its rules and cost model know (bias folds, fused kernels).
+e-graph then sees a typed depthwise convolution, or a typed grouped Conv2D, its rules and cost model know (bias
+folds, fused kernels).
 """
 from __future__ import annotations
 
@@ -27,6 +36,7 @@ from typing import Optional
 
 import numpy as np
 import tensorflow as tf
+from tensorflow.python.framework import function_def_to_graph
 
 from tensat_tf import ops, symbolic
 from tensat_tf.egraph import nodedef
@@ -35,6 +45,9 @@ from tensat_tf.item import GrapplerItem, source
 name = "grouped_conv"
 
 CALLS = frozenset({"StatefulPartitionedCall", "PartitionedCall"})
+# what Keras' XLA function around one grouped Conv2D may hold besides it, all of which TF runs natively
+INLINED_OPS = frozenset({"Conv2D", "ExpandDims", "Squeeze", "SpaceToBatchND", "BatchToSpaceND", "Const", "Identity",
+                         "NoOp"})
 
 
 def _conv_of(fn) -> Optional[tuple]:
@@ -114,32 +127,94 @@ def _channels(graph_def, refs: list) -> dict:
     return out
 
 
-def optimize(graph_def, item: GrapplerItem):
+def _inlined(call, fn, data_inputs: list, taken: set) -> Optional[list]:
+    """The nodes of `fn`'s body in `call`'s place: each named under the call's name, the one computing the output by
+    the call's own name; the function's arguments read where the call's inputs come from. None when the body holds
+    anything but INLINED_OPS around one float32 NHWC Conv2D, has another output than the first of one node, or a
+    new name is taken."""
+    convs = [n for n in fn.node_def if n.op == "Conv2D"]
+    if (len(fn.signature.output_arg) != 1 or len(convs) != 1 or any(n.op not in INLINED_OPS for n in fn.node_def)
+            or convs[0].attr["T"].type != tf.float32.as_datatype_enum
+            or convs[0].attr["data_format"].s not in (b"", b"NHWC")):
+        return None
+    body, flat = function_def_to_graph.function_def_to_graph_def(fn)
+    args = dict(zip((a.name for a in fn.signature.input_arg), data_inputs))
+    by_name = {n.name: n for n in body.node}
+
+    def through_identity(ref: str) -> tuple[str, str]:
+        base, _, index = ref.lstrip("^").partition(":")
+        while base in by_name and by_name[base].op == "Identity":
+            base, _, index = by_name[base].input[0].lstrip("^").partition(":")
+        return base, index or "0"
+
+    out, out_index = through_identity(flat[fn.ret[fn.signature.output_arg[0].name]])
+    if out not in by_name or by_name[out].op in ("Placeholder", "NoOp") or out_index != "0":
+        return None
+
+    def renamed(base: str) -> str:
+        return call.name if base == out else f"{call.name}/{base}"
+
+    def resolved(ref: str) -> Optional[str]:
+        """A body input as the graph names it (None: a control edge on a NoOp, which goes)."""
+        base, index = through_identity(ref)
+        if base in args:
+            target = args[base]
+            return "^" + target.split(":")[0] if ref.startswith("^") else target
+        if by_name[base].op == "NoOp":
+            return None
+        if ref.startswith("^"):
+            return "^" + renamed(base)
+        return renamed(base) if index == "0" else f"{renamed(base)}:{index}"
+
+    made = []
+    for n in body.node:
+        if n.op in ("Placeholder", "Identity", "NoOp"):
+            continue
+        name = renamed(n.name)
+        if name != call.name and name in taken:
+            return None
+        node = tf.compat.v1.NodeDef(name=name, op=n.op, device=call.device)
+        node.input.extend(r for r in map(resolved, n.input) if r is not None)
+        node.input.extend(i for i in call.input if i.startswith("^"))
+        for key, value in n.attr.items():
+            if not key.startswith("_"):         # the function's bookkeeping (_output_shapes, _user_specified_name)
+                node.attr[key].CopyFrom(value)
+        made.append(node)
+    return made
+
+
+def optimize(graph_def, item: GrapplerItem, native_groups: bool = False):
+    """Depthwise grouped-conv calls -> DepthwiseConv2dNative; with `native_groups`, every other one inlined."""
     functions = {f.signature.name: f for f in graph_def.library.function}
     nodes = {n.name: n for n in graph_def.node}
-    found = []
+    calls, depthwise = [], {}
     for n in graph_def.node:
         fn = functions.get(n.attr["f"].func.name) if n.op in CALLS else None
-        conv = _conv_of(fn) if fn is not None else None
         data_inputs = [i for i in n.input if not i.startswith("^")]
-        if conv is None or len(data_inputs) != len(fn.signature.input_arg):
+        if fn is None or len(data_inputs) != len(fn.signature.input_arg):
             continue
-        filt = _const_value(nodes, data_inputs[conv[2]])
+        calls.append((n, fn, data_inputs))
+        conv = _conv_of(fn)
+        filt = _const_value(nodes, data_inputs[conv[2]]) if conv is not None else None
         if filt is not None:
-            found.append((n, conv[0], data_inputs[conv[1]], filt))
-    if not found:
+            depthwise[n.name] = (conv[0], data_inputs[conv[1]], filt)
+    if not calls or not (depthwise or native_groups):
         return graph_def
-    channels = _channels(graph_def, [data for _, _, data, _ in found])
+    channels = _channels(graph_def, [data for _, data, _ in depthwise.values()]) if depthwise else {}
     taken = set(nodes)
     replaced: dict[str, list] = {}
-    for call, conv, data, filt in found:
-        filter_name = call.name + "/depthwise_filter"
-        if filter_name in taken or channels[data] is None:
-            continue
-        made = _depthwise(call, conv, data, filt, channels[data], filter_name)
+    for call, fn, data_inputs in calls:
+        made = None
+        if call.name in depthwise:
+            conv, data, filt = depthwise[call.name]
+            filter_name = call.name + "/depthwise_filter"
+            if filter_name not in taken and channels[data] is not None:
+                made = _depthwise(call, conv, data, filt, channels[data], filter_name)
+        if made is None and native_groups:
+            made = _inlined(call, fn, data_inputs, taken)
         if made is not None:
             replaced[call.name] = list(made)
-            taken.add(filter_name)
+            taken.update(n.name for n in made)
     if not replaced:
         return graph_def
     out = tf.compat.v1.GraphDef()
@@ -150,7 +225,7 @@ def optimize(graph_def, item: GrapplerItem):
         else:
             out.node.add().CopyFrom(n)
     # a function only the replaced calls used goes with them
-    gone = {call.attr["f"].func.name for call, *_ in found if call.name in replaced}
+    gone = {call.attr["f"].func.name for call, _, _ in calls if call.name in replaced}
     still = {n.attr["f"].func.name for n in out.node if n.op in CALLS}
     still |= {v.func.name for f in graph_def.library.function for nd in f.node_def for v in nd.attr.values()
               if v.HasField("func")}
@@ -159,3 +234,15 @@ def optimize(graph_def, item: GrapplerItem):
     out.library.function.extend(f for f in graph_def.library.function
                                 if f.signature.name not in gone or f.signature.name in still)
     return out
+
+
+class Pass:
+    """This pass for the device the output is served on: `native_groups` where its TF runs a grouped Conv2D itself
+    (cost/devices.py Device.grouped_conv)."""
+    name = name
+
+    def __init__(self, native_groups: bool):
+        self.native_groups = native_groups
+
+    def optimize(self, graph_def, item: GrapplerItem):
+        return optimize(graph_def, item, self.native_groups)

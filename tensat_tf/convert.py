@@ -19,6 +19,7 @@ from typing import Callable
 
 import tensorflow as tf
 
+from tensat_tf.cost import devices
 from tensat_tf import errors, interrupt, onnx_export, served_check, serving
 from tensat_tf import verify as verify_mod
 from tensat_tf.io import load as load_mod
@@ -316,7 +317,8 @@ def convert(src: str, output_dir: str, options: Options = Options()) -> dict:
         stage(f"optimizing signature {name} ({i + 1}/{len(model.signatures)}): canonicalize, saturate, extract")
         tensat_pass = TensatPass(options.engine, progress=lambda text, name=name: stage(f"signature {name}: {text}"),
                                  remapper_guard=options.remapper_guard)
-        passes = (([canonicalize] if options.canonicalize else []) + ([grouped_conv] if options.grouped_conv else [])
+        grouped = grouped_conv.Pass(native_groups=devices.device_named(options.engine.device).grouped_conv)
+        passes = (([canonicalize] if options.canonicalize else []) + ([grouped] if options.grouped_conv else [])
                   + ([shapes] if options.fold_shapes else []) + [tensat_pass]
                   + ([remapper_guard] if options.remapper_guard else []))
         out, results = pipeline.run(sig.graph_def, sig.item, passes)

@@ -173,7 +173,7 @@ class Options:
     overwrite: bool = False
     canonicalize: bool = True
     fold_shapes: bool = True            # passes/shapes.py: shape plumbing the symbolic shapes determine -> constants
-    grouped_conv: bool = True           # passes/grouped_conv.py: XLA-called depthwise convs -> DepthwiseConv2dNative
+    grouped_conv: bool = True           # passes/grouped_conv.py: XLA-called grouped convs -> native TF ops
     remapper_guard: bool = True         # passes/remapper_guard.py: activations TF's remapper fails on, in equal forms
     verify_batch_sizes: Sequence[int] = (1, 4)
     seed: int = 0

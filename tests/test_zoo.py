@@ -16,6 +16,7 @@ KERAS_SIGNATURES = {"serve", "serving_default"}
 SIGNATURES = {
     "mlp": {"serving_default", "logits"},
     "keras_cnn": KERAS_SIGNATURES,
+    "keras_resnext": KERAS_SIGNATURES,
     "lstm": KERAS_SIGNATURES,
     "conv1d_kws": KERAS_SIGNATURES,
     "mobilenet_v2": KERAS_SIGNATURES,
@@ -230,6 +231,16 @@ def test_keras_cnn_keeps_unfused_batchnorm(built):
     ops = op_counts(frozen(built["keras_cnn"].signatures["serving_default"]))
     assert ops["Conv2D"] == 2 and ops["DepthwiseConv2dNative"] == 1 and ops["Rsqrt"] == 3
     assert ops["Softmax"] == 1 and "FusedBatchNormV3" not in ops
+
+
+def test_keras_resnext_calls_its_grouped_convs_through_xla(built):
+    """Five grouped Conv2Ds and a grouped Conv1D, each a call of an XLA-compiled function (passes/grouped_conv.py)."""
+    gd = frozen(built["keras_resnext"].signatures["serving_default"])
+    calls = [n for n in gd.node if n.op == "StatefulPartitionedCall"]
+    assert len(calls) == 6 and all(n.attr["_XlaMustCompile"].b for n in calls)
+    bodies = {n.attr["f"].func.name: n for n in calls}
+    convs = [m for f in gd.library.function if f.signature.name in bodies for m in f.node_def if m.op == "Conv2D"]
+    assert len(convs) == 6
 
 
 def test_lstm_keeps_a_while_loop(built):

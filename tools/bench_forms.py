@@ -42,6 +42,10 @@ Experiments (each a chain of a few copies of the pattern, so that it outweighs t
                   writes `aecd,abcd->acbe` outside dot_product_attention (dropout > 0): Transpose(k) @ Transpose(q)
                   then a Transpose of the scores; as rules/einsum.rules E16/E17 leave it (both operands transposed to
                   heads-first, adj_y, no copy of the scores); and as an Einsum of that equation (older exports)
+  grouped_conv    a grouped 3x3 conv + bias + ReLU (ResNeXt's cardinality 32, RegNet's group width 8) as Keras 3 runs
+                  it on CPU (a call of an XLA-compiled function, the bias and ReLU outside it), as one native grouped
+                  Conv2D (passes/grouped_conv.py inlines the call where oneDNN runs it; bias and ReLU fused), or as a
+                  Split, one Conv2D per group and a ConcatV2
   dilated         a causal dilated Conv1D (+ bias + ReLU + residual) as TF's convolution() runs it
                   (SpaceToBatchND -> Conv2D -> BatchToSpaceND, paddings from the dynamic length) or as one Conv2D with
                   `dilations` (rules/dilation.rules)
@@ -66,7 +70,7 @@ from absl import app, flags  # noqa: E402
 
 EXPERIMENTS = ("residual_addn", "layer_norm", "se_fc", "se_block", "conv1x1", "matmul_vs_conv1x1", "sibling_conv1x1",
                "preact_bias", "small_m", "batch_matmul_dense", "einsum_dense", "position_gather", "conv1d", "dilated",
-               "attention_scores")
+               "attention_scores", "grouped_conv")
 flags.DEFINE_list("experiments", list(EXPERIMENTS), f"Any of {', '.join(EXPERIMENTS)}.")
 flags.DEFINE_integer("blocks", 16, "Paired blocks per comparison.")
 flags.DEFINE_integer("runs", 20, "Session.run calls of each form per block (the block's median is compared).")
@@ -552,6 +556,35 @@ def attention_scores(tf):
                     sums.append(tf.nn.softmax(s))
                 f.sum_forms({form: sums}, [1, 2])
         rows += compare(tf, f"attention scores [1, {t}, {heads} x {hd}]", f)
+    return rows
+
+
+def grouped_conv(tf):
+    rows = []
+    # (side, channels, groups): ResNeXt-50 32x4d's four stages at 224 and at 64 pixels, RegNetY-800MF-like stages
+    for side, c, groups in ((56, 128, 32), (28, 256, 32), (14, 512, 32), (7, 1024, 32), (16, 128, 32), (8, 256, 32),
+                            (4, 512, 32), (2, 1024, 32), (28, 64, 8), (8, 104, 13)):
+        f = Forms(tf, (1, side, side, c))
+        with f.graph.as_default():
+            layers = [(f.weight((3, 3, c // groups, c)), f.weight((c,))) for _ in range(COPIES)]
+
+            @tf.function(jit_compile=True)
+            def xla(y, w):
+                return tf.nn.conv2d(y, w, 1, "SAME")
+
+            for form in ("XLA call", "Conv2D", "split"):
+                y = f.x
+                for w, b in layers:
+                    if form == "XLA call":
+                        z = xla(y, w)
+                    elif form == "Conv2D":
+                        z = tf.nn.conv2d(y, w, 1, "SAME")
+                    else:
+                        z = tf.concat([tf.nn.conv2d(a, k, 1, "SAME") for a, k in
+                                       zip(tf.split(y, groups, axis=3), tf.split(w, groups, axis=3))], 3)
+                    y = tf.nn.relu(tf.nn.bias_add(z, b))
+                f.forms[form] = y
+        rows += compare(tf, f"grouped 3x3 conv x {COPIES} [1, {side}, {side}, {c}], {groups} groups", f)
     return rows
 
 

@@ -23,9 +23,9 @@ flags.DEFINE_bool("canonicalize", True, "Run Grappler's cleanup passes before th
 flags.DEFINE_bool("fold_shapes", True, "Fold the shape plumbing that the symbolic shapes determine (Shape, "
                                        "StridedSlice, Pack, Prod, GatherV2 feeding a Reshape) before the e-graph "
                                        "pass (passes/shapes.py).")
-flags.DEFINE_bool("grouped_conv", True, "Run grouped convolutions that are depthwise ones (Keras 3 calls them through "
-                                        "an XLA-compiled function on CPU) as DepthwiseConv2dNative "
-                                        "(passes/grouped_conv.py).")
+flags.DEFINE_bool("grouped_conv", True, "Run grouped convolutions, which Keras 3 calls through an XLA-compiled "
+                                        "function on CPU, natively: depthwise ones as DepthwiseConv2dNative, others "
+                                        "inlined where the --device runs a grouped Conv2D (passes/grouped_conv.py).")
 flags.DEFINE_bool("remapper_guard", True, "Write an activation that TF's remapper would fail on (it reads a "
                                           "convolution's residual sum that another node reads too) in an equal form "
                                           "the remapper leaves alone, after the e-graph pass "

@@ -17,6 +17,8 @@ CACHE_ENV = "TENSAT_TF_ZOO_CACHE"
 _MODELS = {
     "mlp": "tf.Module MLP 16->32->4, signatures serving_default {hidden, probs} and logits (bare tensor)",
     "keras_cnn": "Keras 3 CNN 32x32x3: 2x(Conv2D+BN+ReLU), DepthwiseConv2D+BN, GAP, Dense softmax (10)",
+    "keras_resnext": "Keras 3 CNN 64x64x3 with grouped convs (XLA-called on CPU): ResNeXt 32x4d and RegNetY "
+                     "(SE) blocks, BN + ReLU, a grouped Conv1D, Dense(10)",
     "bert_tiny": "raw-TF BERT encoder: seq 32, hidden 64, 4 heads, 2 layers, FFN 128 (input: float32 embeddings)",
     "inception_block": "tf.Module Inception block 16x16x32: 1x1 | 1x1->3x3 | 1x1->5x5 | maxpool->1x1, ConcatV2",
     "nasrnn": "tf.Module NasRNN cell (TASO), hidden 64, unrolled 3 steps, 16 MatMuls per step; input [None, 3, 64]",
