@@ -22,9 +22,10 @@ Device.grouped_conv), every other such call is inlined: its body's nodes take th
 going to the node that computes its output (so its consumers are unchanged). Keras' XLA function holds the Conv2D
 alone, or with ExpandDims / Squeeze (Conv1D) or SpaceToBatchND / BatchToSpaceND (a dilation) and their constant
 operands; a body with anything else keeps its call. oneDNN runs the grouped Conv2D, and fuses its bias and
-activation, 1.1-14x faster than XLA's CPU code at every ResNeXt / RegNet shape measured (BENCHMARKS.md). Without
-oneDNN, TF's Eigen Conv2D computes groups but its fused form refuses them ("Fused conv implementation does not
-support grouped convolutions"), and the remapper fuses any BiasAdd after the conv: there the call is kept.
+activation, 1.8-16x faster than XLA's CPU code at every ResNeXt / RegNet shape measured (`python
+tools/bench_forms.py --experiments=grouped_conv`, BENCHMARKS.md). Without oneDNN, TF's Eigen Conv2D computes groups
+but its fused form refuses them ("Fused conv implementation does not support grouped convolutions"), and the remapper
+fuses any BiasAdd after the conv: there the call is kept.
 
 A Grappler-style pass, run after canonicalize (which has turned the filter's Identity chain into a Const): the
 e-graph then sees a typed depthwise convolution, or a typed grouped Conv2D, its rules and cost model know (bias

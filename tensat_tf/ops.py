@@ -73,6 +73,8 @@ class OpSpec:
     #                                            shape is a run-time value (ReshapeT); never emitted
     symbolic_target: bool = False              # a Reshape to out_shape, whose run-time target the emitter builds
     #                                            from the graph inputs' Shape where it holds symbols (ReshapeS)
+    dtype_input: int = 0                       # the tensor input whose dtype is the op's T and its output's
+    #                                            (Conv2DBackpropInput's first is its int32 input_sizes)
 
     @property
     def literals(self) -> tuple[tuple[str, str], ...]:
@@ -507,6 +509,13 @@ _SPECS = [
     # them back into one dilated Conv2D), with constant paddings and crops where the spatial dims are static (and
     # TENSOR_FORMS where they are computed at run time). No shape rule: rules only read them, ingest gives them their
     # shapes (tensat_tf/symbolic.py scales the batch)
+    # Keras' Conv2DTranspose (Conv1DTranspose too, inside ExpandDims / Squeeze): a transposed conv, filter [kh, kw,
+    # out, in], whose output size is the run-time tensor input_sizes (built from the dynamic batch). Term:
+    # (Conv2DBackpropInput out_shape strides padding dilations input_sizes filter x); the output's shape literal from
+    # ingest's facts, as for ReshapeT. rules/tf_fold.rules F40 folds a batch norm's scale into the filter.
+    OpSpec("Conv2DBackpropInput", "Conv2DBackpropInput", _CONV_ATTRS, n_tensor_inputs=3, accepts=_SAME_OR_VALID,
+           shape_literal=True, dtype_input=1,
+           shape_rules=(_rule("(= t (Conv2DBackpropInput s st p dl sz w x))", shape="s"),)),
     OpSpec("SpaceToBatchND", "SpaceToBatchND", const_inputs=(ConstInput(1, "block_shape", "ints"),
                                                              ConstInput(2, "paddings", "pairs")),
            index_type_attrs=("Tblock_shape", "Tpaddings")),

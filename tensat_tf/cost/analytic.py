@@ -170,6 +170,11 @@ def flops_and_bytes(term: str, payload, in_shapes: Sequence[Shape], out_shape: O
         # Conv2D: every output element is a KH*KW*Cin dot product; depthwise: a KH*KW one per (channel, multiplier)
         per_out = w[0] * w[1] * (w[2] if term == "Conv2D" else 1)
         return 2.0 * numel(out) * per_out, DTYPE_BYTES * (n_in + numel(out))
+    if term == "Conv2DBackpropInput":
+        # every element of its input x [.., in] spreads over the filter's taps and output channels ([kh, kw, out, in])
+        _, w, x = ins
+        out = numel(out_shape) if out_shape is not None else numel(x) * w[2] // max(w[3], 1)
+        return 2.0 * numel(x) * w[0] * w[1] * w[2], DTYPE_BYTES * (numel(w) + numel(x) + out)
     if term in ("MaxPool", "AvgPool"):
         x = ins[0]
         ks, st, pad = lit.get("ksize", (1, 1, 1, 1)), lit.get("strides", (1, 1, 1, 1)), lit.get("padding", "VALID")

@@ -2,7 +2,7 @@
 
 Extraction prices an opaque `Op` e-node at one op's overhead (cost/__init__.py): it is the same in every extracted
 program, so its price cannot change a choice. But a predicted speed-up is a ratio of whole calls, and an opaque op
-can be most of the call: a video model's Conv3D, a decoder's Conv2DBackpropInput, pooling in 3-D. Priced at its
+can be most of the call: a video model's Conv3D, a decoder's Conv3DBackpropInputV2, pooling in 3-D. Priced at its
 overhead, a Keras Conv3D classifier (a helper's sweep of new models, BENCHMARKS.md) was predicted 1.43x for merging
 a BatchNormalization's bias into the conv's: 30 % of a call whose convolutions cost nothing, measured 1.004x.
 

@@ -133,9 +133,10 @@ class Emitter:
                 name[c], dtype[c] = f"{name[n.children[0]]}:{k}", dtype[n.children[0]]
             else:
                 spec = ops.BY_TERM[n.op]
-                # the op's dtype is its first typed input's; a literal (FConst, rules/activation.rules halves a
-                # filter with one) is fed in that dtype, so a float16 model's weights are not met by a float32 0.5
-                op_dtype = next((dtype[ch] for ch in n.children if ch in dtype), tf.float32)
+                # the op's dtype is its first typed input's (from spec.dtype_input); a literal (FConst,
+                # rules/activation.rules halves a filter with one) is fed in that dtype, so a float16 model's weights
+                # are not met by a float32 0.5
+                op_dtype = next((dtype[ch] for ch in n.children[spec.dtype_input:] if ch in dtype), tf.float32)
                 inputs = []
                 for ch in n.children:
                     if ch not in dtype:
@@ -310,11 +311,11 @@ class Emitter:
             del node.input[:]
             node.input.extend(new_inputs)
         else:
-            node = self._new_typed(spec, enode, in_names, self.dtype_of[inputs[0]])
+            node = self._new_typed(spec, enode, in_names, self.dtype_of[inputs[spec.dtype_input]])
         self._add(node)
         if spec.outputs == "one":
             self.tensor_of[cls] = node.name
-            self.dtype_of[cls] = self.dtype_of[inputs[0]]
+            self.dtype_of[cls] = self.dtype_of[inputs[spec.dtype_input]]
         else:
             self.node_of[cls] = node.name
 
