@@ -19,9 +19,9 @@ from typing import Callable
 
 import tensorflow as tf
 
-from tensat_tf.cost import devices
 from tensat_tf import errors, interrupt, onnx_export, served_check, serving
 from tensat_tf import verify as verify_mod
+from tensat_tf.cost import devices
 from tensat_tf.io import load as load_mod
 from tensat_tf.io import save as save_mod
 from tensat_tf.options import Options

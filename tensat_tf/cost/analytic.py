@@ -173,6 +173,8 @@ def flops_and_bytes(term: str, payload, in_shapes: Sequence[Shape], out_shape: O
     if term == "Conv2DBackpropInput":
         # every element of its input x [.., in] spreads over the filter's taps and output channels ([kh, kw, out, in])
         _, w, x = ins
+        # its output shape is the term's literal, known wherever it is priced; without it, one output element per
+        # input pixel and channel (a stride-1 SAME conv's)
         out = numel(out_shape) if out_shape is not None else numel(x) * w[2] // max(w[3], 1)
         return 2.0 * numel(x) * w[0] * w[1] * w[2], DTYPE_BYTES * (numel(w) + numel(x) + out)
     if term in ("MaxPool", "AvgPool"):
