@@ -20,8 +20,9 @@ same strides, padding and dilations. Only when all of this is known: a float32 N
 Where TF runs a grouped Conv2D itself (`native_groups`: oneDNN's CPU kernels, cuDNN; cost/devices.py
 Device.grouped_conv), every other such call is inlined: its body's nodes take the call's place, the call's name
 going to the node that computes its output (so its consumers are unchanged). Keras' XLA function holds the Conv2D
-alone, or with ExpandDims / Squeeze (Conv1D) or SpaceToBatchND / BatchToSpaceND (a dilation) and their constant
-operands; a body with anything else keeps its call. oneDNN runs the grouped Conv2D, and fuses its bias and
+alone, or with ExpandDims / Squeeze (Conv1D) or SpaceToBatchND / BatchToSpaceND (a dilation) and their operands,
+constants or, where the input's spatial dims are dynamic, computed from its shape; a body with anything else keeps
+its call. oneDNN runs the grouped Conv2D, and fuses its bias and
 activation, 1.8-16x faster than XLA's CPU code at every ResNeXt / RegNet shape measured (`python
 tools/bench_forms.py --experiments=grouped_conv`, BENCHMARKS.md). Without oneDNN, TF's Eigen Conv2D computes groups
 but its fused form refuses them ("Fused conv implementation does not support grouped convolutions"), and the remapper
@@ -46,9 +47,11 @@ from tensat_tf.item import GrapplerItem, source
 name = "grouped_conv"
 
 CALLS = frozenset({"StatefulPartitionedCall", "PartitionedCall"})
-# what Keras' XLA function around one grouped Conv2D may hold besides it, all of which TF runs natively
+# what Keras' XLA function around one grouped Conv2D may hold besides it, all of which TF runs natively: Conv1D's
+# ExpandDims / Squeeze, a dilation's SpaceToBatchND / BatchToSpaceND, and where the input's spatial dims are dynamic
+# the integer arithmetic of their paddings and crops
 INLINED_OPS = frozenset({"Conv2D", "ExpandDims", "Squeeze", "SpaceToBatchND", "BatchToSpaceND", "Const", "Identity",
-                         "NoOp"})
+                         "NoOp", "Shape", "StridedSlice", "Pack", "FloorMod", "AddV2", "Sub"})
 
 
 def _conv_of(fn) -> Optional[tuple]:

@@ -26,6 +26,16 @@ TF's kernels compute. Not Maximum(x, alpha x) for LeakyRelu: the remapper turns 
 be: its input has two readers. On NASNet-Mobile this costs nothing measurable and saves nothing measurable either
 (BENCHMARKS.md, "A remapper failure in NASNet-Mobile's output"); where the lost fusions are swishes or GELUs it is the
 difference between a fused and an unfused model.
+
+A second failure, of the same remapper on depthwise convs: `DepthwiseConv2dNative -> BiasAdd -> Add` (AddV2, Add or
+AddN; a residual sum, with or without an activation after it) where the BiasAdd's only reader is the add. The
+remapper leaves a node without an op in the function, whose graph then fails to import into TFG ("Node ... has an
+empty op name", tfg_optimizer_hook.cc), and TF runs the function without any of Grappler's rewrites ("Ignoring
+multi-device function optimization failure"). A Keras DepthwiseConv2D with a bias before a residual Add fails so in
+TF itself, and passes/grouped_conv.py writes that pattern for a grouped conv of groups = channels (a helper's sweep,
+BENCHMARKS.md). Such a BiasAdd is written as an AddV2 of the same bias under its own name (the same values: TF's
+BiasAdd is that broadcast add); the remapper then fuses nothing into that depthwise conv and the bias runs as its own
+kernel, which the served function's other fusions are worth many times over.
 """
 from __future__ import annotations
 
@@ -97,6 +107,30 @@ def hazards(graph_def, item: GrapplerItem) -> list[str]:
     return out
 
 
+def depthwise_bias_hazards(graph_def, item: GrapplerItem) -> list[str]:
+    """The BiasAdd nodes on a DepthwiseConv2dNative whose only reader is an add (module docstring), in graph order."""
+    nodes = {n.name: n for n in graph_def.node}
+    readers = _readers(graph_def, item)
+    adds_reading = collections.Counter(node_name(ref) for n in graph_def.node if n.op in ADDS for ref in n.input
+                                       if not ref.startswith("^") and ref.split(":")[1:] in ([], ["0"]))
+    out = []
+    for n in graph_def.node:
+        if n.op != "BiasAdd" or readers.get(n.name) != 1 or adds_reading[n.name] != 1 \
+                or n.attr["data_format"].s not in (b"", b"NHWC"):
+            continue
+        conv = source(nodes, n.input[0])
+        if conv is not None and conv.op == "DepthwiseConv2dNative":
+            out.append(n.name)
+    return out
+
+
+def _as_add(bias_add):
+    """A BiasAdd as the AddV2 of the same two inputs, under its name (NHWC: the bias broadcasts over the last dim)."""
+    node = tf.compat.v1.NodeDef(name=bias_add.name, op="AddV2", input=bias_add.input, device=bias_add.device)
+    node.attr["T"].CopyFrom(bias_add.attr["T"])
+    return node
+
+
 def _rewrite(act, taken: set) -> list:
     """The NodeDefs that compute `act` without an activation op the remapper knows, the last under act's name."""
     dtype = tf.as_dtype(act.attr["T"].type)
@@ -133,8 +167,8 @@ def _rewrite(act, taken: set) -> list:
 
 
 def optimize(graph_def, item: GrapplerItem):
-    found = set(hazards(graph_def, item))
-    if not found:
+    found, biases = set(hazards(graph_def, item)), set(depthwise_bias_hazards(graph_def, item))
+    if not found and not biases:
         return graph_def
     out = tf.compat.v1.GraphDef()
     out.versions.CopyFrom(graph_def.versions)
@@ -143,6 +177,8 @@ def optimize(graph_def, item: GrapplerItem):
     for n in graph_def.node:
         if n.name in found:
             out.node.extend(_rewrite(n, taken))
+        elif n.name in biases:
+            out.node.append(_as_add(n))
         else:
             out.node.add().CopyFrom(n)
     return out

@@ -30,7 +30,9 @@ from typing import Optional, Sequence
 
 MARK = "tensat_tf.served_check: "
 ERROR = MARK + "error: "
-FAILED = re.compile(r"meta_optimizer\.cc:\d+\] (\S+) failed: (.*)")
+# meta_optimizer: an optimizer that failed; tfg_optimizer_hook: a function graph TFG cannot import, after which TF
+# runs the function without any of Grappler's rewrites (passes/remapper_guard.py, the depthwise conv's bias)
+FAILED = re.compile(r"(?:meta_optimizer|tfg_optimizer_hook)\.cc:\d+\] (\S+) failed: (.*)")
 # what one check may take: loading the SavedModel and the first call of each signature (Grappler and oneDNN's
 # primitives then); NASNet-Mobile's two signatures take about 6 s here
 TIMEOUT_S = 600.0
@@ -70,7 +72,8 @@ def parse(stderr: str, names: Sequence[str]) -> dict[str, list[dict]]:
         if line.startswith(MARK):
             current = line[len(MARK):].strip() or None
         elif current in out and (m := FAILED.search(line)):
-            out[current].append({"optimizer": m.group(1), "error": m.group(2).strip()[:300]})
+            # TFG's name is its pass list ("tfg_optimizer{any(tfg-consolidate-attrs,...)}"): its kind is enough
+            out[current].append({"optimizer": m.group(1).split("{")[0], "error": m.group(2).strip()[:300]})
     return out
 
 

@@ -78,20 +78,22 @@ def test_native_groups_inline_every_other_call_with_the_same_values(grouped):
 
 
 def test_a_grouped_conv1d_on_a_dynamic_length_is_inlined(tmp_path):
-    """Keras' Conv1D(groups=...) function: ExpandDims of the input and of the filter, the Conv2D, a Squeeze."""
+    """Keras' Conv1D(groups=...) function: ExpandDims of the input and of the filter, the Conv2D, a Squeeze; dilated,
+    SpaceToBatchND / BatchToSpaceND around it, their paddings computed from the dynamic length in the function."""
     import keras
     from keras import layers
     keras.utils.set_random_seed(4)
     inp = keras.Input((None, 8), name="x")
     y = layers.Conv1D(12, 3, groups=4, padding="same", activation="relu")(inp)
     y = layers.Conv1D(6, 2, groups=2, strides=2)(y)
+    y = layers.Conv1D(6, 3, groups=3, dilation_rate=2, padding="causal")(y)
     path = str(tmp_path / "m")
     keras.Model(inp, y).export(path, verbose=False)
     sig = load.load(path, only=["serving_default"]).signatures["serving_default"]
     gd = canonicalize.optimize(sig.graph_def, sig.item)
     out = grouped_conv.optimize(gd, sig.item, native_groups=True)
     ops = _ops(out)
-    assert "StatefulPartitionedCall" not in ops and ops["Conv2D"] == 2 and ops["Squeeze"] == 2
+    assert "StatefulPartitionedCall" not in ops and ops["Conv2D"] == 3 and ops["SpaceToBatchND"] == 1
     # lengths with a non-empty output: on an empty one TF's oneDNN Conv2D returns its input's shape, grouped or not
     # (eager tf.nn.conv2d too), where XLA's call returned the empty tensor
     for length in (2, 7, 20) if NATIVE else ():

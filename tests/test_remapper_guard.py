@@ -175,3 +175,58 @@ def test_served_output_keeps_the_remapper(tmp_path, activation):
         off = convert(str(tmp_path / "src"), str(tmp_path / "off"),
                       Options(profile=False, warmup=False, remapper_guard=False, engine=EngineOptions(enable_rules=[])))
         assert off["verification"]["passed"] and _remapper_failed(str(tmp_path / "off"))
+
+
+def _depthwise_graph(bias_readers=1, add="AddV2"):
+    """x -> DepthwiseConv2dNative -> BiasAdd -> add with x (-> Relu -> y); the bias read once more when asked."""
+    g = tf.Graph()
+    rng = np.random.RandomState(2)
+    with g.as_default():
+        x = tf.compat.v1.placeholder(tf.float32, [None, 6, 6, 8], name="x")
+        d = tf.nn.depthwise_conv2d(x, tf.constant(rng.randn(3, 3, 8, 1).astype("f")), [1, 1, 1, 1], "SAME", name="dw")
+        b = tf.nn.bias_add(d, tf.constant(rng.randn(8).astype("f")), name="bias")
+        s = tf.math.add_n([b, x], name="add") if add == "AddN" else tf.add(b, x, name="add")
+        fetches = [tf.identity(tf.nn.relu(s), name="y").name]
+        if bias_readers > 1:
+            fetches.append(tf.identity(b * 2.0, name="w").name)
+    return g.as_graph_def(), GrapplerItem(feeds=("x:0",), fetches=tuple(fetches))
+
+
+def test_a_depthwise_convs_bias_before_an_add_becomes_an_addv2():
+    for add in ("AddV2", "AddN"):
+        gd, item = _depthwise_graph(add=add)
+        assert remapper_guard.depthwise_bias_hazards(gd, item) == ["bias"] and remapper_guard.hazards(gd, item) == []
+        out = remapper_guard.optimize(gd, item)
+        assert {n.name: n.op for n in out.node}["bias"] == "AddV2"
+        feeds = [np.random.RandomState(3).randn(2, 6, 6, 8).astype("f")]
+        # equal up to rounding: the session may fuse the original's conv and bias into one oneDNN kernel
+        np.testing.assert_allclose(run_graph(out, item, feeds)[0], run_graph(gd, item, feeds)[0], rtol=1e-5, atol=1e-5)
+    gd, item = _depthwise_graph(bias_readers=2)     # the remapper fuses nothing into a bias read twice
+    assert remapper_guard.depthwise_bias_hazards(gd, item) == [] and remapper_guard.optimize(gd, item) is gd
+
+
+@pytest.mark.slow
+@ONEDNN
+def test_a_served_depthwise_conv_bias_and_residual_keep_grapplers_rewrites(tmp_path):
+    """Keras' Conv2D(groups=channels) with a bias before a residual Add: the call inlined as a depthwise conv
+    (passes/grouped_conv.py), TF's remapper leaves a node without an op and TF serves the function without any of
+    Grappler's rewrites; the served check now sees that (TFG's failure), and the guard's AddV2 avoids it."""
+    import keras
+    from keras import layers
+
+    from tensat_tf.convert import convert
+    from tensat_tf.options import EngineOptions, Options
+    keras.utils.set_random_seed(6)
+    inp = keras.Input((8, 8, 16), name="x")
+    conv = layers.Conv2D(16, 3, padding="same", groups=16)
+    y = layers.Add()([inp, conv(inp)])
+    conv.bias.assign(np.random.RandomState(4).randn(16).astype("f"))
+    keras.Model(inp, y).export(str(tmp_path / "src"), verbose=False)
+    only = dict(signatures=["serving_default"], served_check=True, engine=EngineOptions(enable_rules=[]))
+    off = convert(str(tmp_path / "src"), str(tmp_path / "off"), Options(remapper_guard=False, **only))
+    sc = off["signatures"]["serving_default"]["served_check"]
+    assert {f["optimizer"] for f in sc["failures"]} == {"tfg_optimizer"} and sc["published"] == "original"
+    on = convert(str(tmp_path / "src"), str(tmp_path / "on"), Options(**only))
+    s = on["signatures"]["serving_default"]
+    assert s["served_check"] == {"failures": [], "published": "optimized"}
+    assert s["ops_after"]["DepthwiseConv2dNative"] == 1 and "BiasAdd" not in s["ops_after"]

@@ -25,6 +25,10 @@ def test_failures_are_read_between_the_markers():
         served_check.MARK + "serving_default",
         "E0000 00:00:4 meta_optimizer.cc:967] layout failed: INVALID_ARGUMENT: Size of values 0",
         "E0000 00:00:5 meta_optimizer.cc:967] remapper failed: INVALID_ARGUMENT: x",
+        served_check.MARK + "other",
+        "E0000 00:00:7 tfg_optimizer_hook.cc:135] tfg_optimizer{any(tfg-consolidate-attrs,tfg-toposort)} failed: "
+        "INVALID_ARGUMENT: Node a/Add has an empty op name",
+        "W0000 00:00:8 optimize_function_graph_utils.cc:634] Ignoring multi-device function optimization failure",
         served_check.MARK,
         "E0000 00:00:6 meta_optimizer.cc:967] remapper failed: after the end marker",
     ])
@@ -33,7 +37,8 @@ def test_failures_are_read_between_the_markers():
                               "error": "INVALID_ARGUMENT: Mutation::Apply error: fanout"}],
                    "serving_default": [{"optimizer": "layout", "error": "INVALID_ARGUMENT: Size of values 0"},
                                        {"optimizer": "remapper", "error": "INVALID_ARGUMENT: x"}],
-                   "other": []}
+                   "other": [{"optimizer": "tfg_optimizer",
+                              "error": "INVALID_ARGUMENT: Node a/Add has an empty op name"}]}
 
 
 def test_a_check_that_cannot_run_says_why_in_one_line(tmp_path):
