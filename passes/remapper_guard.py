@@ -1,5 +1,5 @@
-"""Activations that TF's remapper would fail on, written in an equal form it leaves alone (a Grappler-style pass, run
-last).
+"""Activations, and depthwise convs' biases, that TF's remapper would fail on, written in an equal form it leaves alone
+(a Grappler-style pass, run last).
 
 TF 2.21's remapper (tensorflow/core/grappler/optimizers/remapper.cc, oneDNN build) fuses
 `Conv2D -> BiasAdd -> Add -> Relu` into one _FusedConv2D that replaces the activation, and deletes the Add. Its
