@@ -5,8 +5,9 @@ TF runs Grappler again when it instantiates a served function, and an optimizer 
 "<optimizer> failed: ..." (meta_optimizer.cc, at ERROR) and leaves the function without its rewrites. TF 2.21's
 remapper failed so on NASNet-Mobile's converted graph, and the function then ran every activation as its own kernel
 (passes/remapper_guard.py). An optimizer can also leave a graph TFG cannot import ("<tfg passes> failed: ... empty op
-name", tfg_optimizer_hook.cc): TF then runs the function without any of Grappler's rewrites. Offline Grappler (tensat_tf/grappler.py, the tensat pass's own check) did not reproduce
-it. The log is the only place such a failure shows, and the converting process cannot read it: TF reads its log
+name", tfg_optimizer_hook.cc): TF then runs the function without any of Grappler's rewrites. Offline Grappler
+(tensat_tf/grappler.py, the tensat pass's own check) did not reproduce the first. The log is the only place such a
+failure shows, and the converting process cannot read it: TF reads its log
 level once, and the CLI turns the log off (cli/main.py). So a child process (`python -m tensat_tf.served_check`,
 a JSON request on stdin) loads the SavedModel and calls each signature once on verification's inputs at its first
 batch size (verify.verification_inputs; a graph whose op needs more rows than one, a graph network's
