@@ -129,7 +129,11 @@ def check(model_bytes: bytes, sig, reference_fn, batch_sizes: Sequence[int], see
         # tf2onnx passes a TF op it cannot convert through unchanged, and onnxruntime then refuses the graph (or it
         # has no kernel for an op's dtype: Erf on float64)
         first = (str(e).strip().splitlines() or [""])[0]
-        raise errors.ExportFailed(f"onnxruntime cannot load tf2onnx's conversion of signature {sig.name}: "
+        # a function call the graph keeps: Keras' XLA-compiled convs that TF cannot run natively here
+        # (passes/grouped_conv.py: a grouped Conv3D, a bfloat16 or channels_first grouped conv)
+        why = (" (a function call the graph keeps, which ONNX has no op for: Keras compiles a grouped Conv3D, or a "
+               "bfloat16 or channels_first grouped conv, with XLA)") if "PartitionedCall" in first else ""
+        raise errors.ExportFailed(f"onnxruntime cannot load tf2onnx's conversion of signature {sig.name}{why}: "
                                   f"{type(e).__name__}: {first[:300]}") from None
     in_names = {i.name for i in sess.get_inputs()}
     out_names = {o.name for o in sess.get_outputs()}

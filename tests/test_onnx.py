@@ -159,3 +159,16 @@ def test_emit_onnx_an_op_onnxruntime_refuses_is_an_export_failure(tmp_path, monk
     with pytest.raises(errors.ExportFailed, match="onnxruntime cannot load"):
         convert(src, out, Options(profile=False, emit_onnx=True))
     assert sorted(os.listdir(tmp_path)) == ["src"]
+
+
+def test_emit_onnx_of_a_kept_xla_call_says_why(tmp_path):
+    """Keras runs a grouped Conv3D through an XLA-compiled function TF cannot run natively: the call stays in the
+    optimized graph (passes/grouped_conv.py), and the ONNX failure says that is why."""
+    import keras
+    keras.utils.set_random_seed(7)
+    inp = keras.Input((4, 6, 6, 4), name="v")
+    keras.Model(inp, keras.layers.Conv3D(4, 3, padding="same", groups=2)(inp)).export(str(tmp_path / "src"),
+                                                                                     verbose=False)
+    with pytest.raises(errors.ExportFailed, match="a function call the graph keeps"):
+        convert(str(tmp_path / "src"), str(tmp_path / "out"), Options(profile=False, emit_onnx=True))
+    assert sorted(os.listdir(tmp_path)) == ["src"]
