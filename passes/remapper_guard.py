@@ -56,14 +56,20 @@ FLOATS = frozenset({tf.float32.as_datatype_enum, tf.bfloat16.as_datatype_enum})
 LEAKY_RELU_ALPHA = 0.2          # LeakyRelu's registered default, when the NodeDef leaves the attribute out
 
 
-def _readers(graph_def, item: GrapplerItem) -> dict:
-    """node name -> how many nodes read its output 0 (data inputs and fetches; control inputs are not reads), an
-    Identity's readers counted in its place (Grappler removes the Identity before the remapper runs)."""
+def _direct_readers(graph_def) -> dict:
+    """node name -> the nodes whose data inputs read its output 0."""
     direct = collections.defaultdict(list)
     for n in graph_def.node:
         for ref in n.input:
             if not ref.startswith("^") and ref.split(":")[1:] in ([], ["0"]):
                 direct[node_name(ref)].append(n)
+    return direct
+
+
+def _readers(graph_def, item: GrapplerItem) -> dict:
+    """node name -> how many nodes read its output 0 (data inputs and fetches; control inputs are not reads), an
+    Identity's readers counted in its place (Grappler removes the Identity before the remapper runs)."""
+    direct = _direct_readers(graph_def)
     fetched = collections.Counter(node_name(t) for t in item.fetches if t.split(":")[1:] in ([], ["0"]))
     memo: dict = {}
 
@@ -110,12 +116,10 @@ def hazards(graph_def, item: GrapplerItem) -> list[str]:
 def depthwise_bias_hazards(graph_def, item: GrapplerItem) -> list[str]:
     """The BiasAdd nodes on a DepthwiseConv2dNative whose only reader is an add (module docstring), in graph order."""
     nodes = {n.name: n for n in graph_def.node}
-    readers = _readers(graph_def, item)
-    adds_reading = collections.Counter(node_name(ref) for n in graph_def.node if n.op in ADDS for ref in n.input
-                                       if not ref.startswith("^") and ref.split(":")[1:] in ([], ["0"]))
+    readers, direct = _readers(graph_def, item), _direct_readers(graph_def)
     out = []
     for n in graph_def.node:
-        if n.op != "BiasAdd" or readers.get(n.name) != 1 or adds_reading[n.name] != 1 \
+        if n.op != "BiasAdd" or readers.get(n.name) != 1 or [r.op in ADDS for r in direct[n.name]] != [True] \
                 or n.attr["data_format"].s not in (b"", b"NHWC"):
             continue
         conv = source(nodes, n.input[0])

@@ -306,6 +306,7 @@ def convert(src: str, output_dir: str, options: Options = Options()) -> dict:
     report = run.report = {"source": src, "output_dir": output_dir, "signatures": {},
                            "skipped_signatures": model.skipped}
     optimized = {}          # same_key -> the signature optimized first with that graph
+    grouped = grouped_conv.Pass(native_groups=devices.device_named(options.engine.device).grouped_conv)
     for i, (name, sig) in enumerate(sorted(model.signatures.items())):
         if (first := optimized.get(run.same_key(name))) is not None:
             # the same graph, inputs and outputs as a signature already optimized: its result, not a second search
@@ -317,7 +318,6 @@ def convert(src: str, output_dir: str, options: Options = Options()) -> dict:
         stage(f"optimizing signature {name} ({i + 1}/{len(model.signatures)}): canonicalize, saturate, extract")
         tensat_pass = TensatPass(options.engine, progress=lambda text, name=name: stage(f"signature {name}: {text}"),
                                  remapper_guard=options.remapper_guard)
-        grouped = grouped_conv.Pass(native_groups=devices.device_named(options.engine.device).grouped_conv)
         passes = (([canonicalize] if options.canonicalize else []) + ([grouped] if options.grouped_conv else [])
                   + ([shapes] if options.fold_shapes else []) + [tensat_pass]
                   + ([remapper_guard] if options.remapper_guard else []))

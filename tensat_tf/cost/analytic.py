@@ -145,6 +145,12 @@ def _conv_out(x: Shape, w: Shape, lit: dict, channels: int) -> Shape:
     return (x[0], _spatial(x[1], w[0], s[1], d[1], pad), _spatial(x[2], w[1], s[2], d[2], pad), channels)
 
 
+def transposed_conv_flops(w: Shape, x: Shape) -> float:
+    """Multiply-adds (x2) of a transposed conv (Conv2DBackpropInput, typed or opaque; Conv3DBackpropInputV2): every
+    element of its input x [.., in] spreads over the filter's taps and output channels (filter [k.., out, in])."""
+    return 2.0 * numel(x) * math.prod(w[:-1])
+
+
 def flops_and_bytes(term: str, payload, in_shapes: Sequence[Shape], out_shape: Optional[Shape]) -> tuple[float, float]:
     """(FLOPs, bytes moved) of one op at concrete shapes. Bytes count every input read and every output written."""
     lit = _literals(term, payload)
@@ -171,12 +177,11 @@ def flops_and_bytes(term: str, payload, in_shapes: Sequence[Shape], out_shape: O
         per_out = w[0] * w[1] * (w[2] if term == "Conv2D" else 1)
         return 2.0 * numel(out) * per_out, DTYPE_BYTES * (n_in + numel(out))
     if term == "Conv2DBackpropInput":
-        # every element of its input x [.., in] spreads over the filter's taps and output channels ([kh, kw, out, in])
         _, w, x = ins
         # its output shape is the term's literal, known wherever it is priced; without it, one output element per
         # input pixel and channel (a stride-1 SAME conv's)
         out = numel(out_shape) if out_shape is not None else numel(x) * w[2] // max(w[3], 1)
-        return 2.0 * numel(x) * w[0] * w[1] * w[2], DTYPE_BYTES * (numel(w) + numel(x) + out)
+        return transposed_conv_flops(w, x), DTYPE_BYTES * (numel(w) + numel(x) + out)
     if term in ("MaxPool", "AvgPool"):
         x = ins[0]
         ks, st, pad = lit.get("ksize", (1, 1, 1, 1)), lit.get("strides", (1, 1, 1, 1)), lit.get("padding", "VALID")

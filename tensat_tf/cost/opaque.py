@@ -20,7 +20,7 @@ import dataclasses
 import math
 from typing import Optional
 
-from tensat_tf.cost.analytic import DTYPE_BYTES, Device, concrete
+from tensat_tf.cost.analytic import DTYPE_BYTES, Device, concrete, transposed_conv_flops
 from tensat_tf.symbolic import tensor_ref
 from tensat_tf.options import UNKNOWN_DIM
 
@@ -46,11 +46,8 @@ def flops(op: str, attrs, ins: list[tuple[int, ...]], outs: list[tuple[int, ...]
     if op == "Conv3D":                                  # filter [kd, kh, kw, in, out]
         w = ins[1]
         return 2.0 * math.prod(out) * math.prod(w[:4])
-    if op in ("Conv2DBackpropInput", "Conv3DBackpropInputV2"):
-        # a transposed conv: every element of its input (out_backprop, [.., in]) is spread over the kernel's taps
-        # and output channels (filter [k.., out, in])
-        w, grad = ins[1], ins[2]
-        return 2.0 * math.prod(grad) * math.prod(w[:-1])
+    if op in ("Conv2DBackpropInput", "Conv3DBackpropInputV2"):     # a 2-D one where the e-graph keeps it opaque
+        return transposed_conv_flops(ins[1], ins[2])
     if op in ("MaxPool3D", "AvgPool3D"):
         return float(math.prod(out) * math.prod(attrs["ksize"].list.i))
     if op in ("BatchMatMulV3", "BatchMatMul"):
